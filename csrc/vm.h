@@ -1,0 +1,86 @@
+/* revtape's virtual machine: the narrow C ABI.
+ *
+ * A program is plain data: one flat array of int32 instruction words, one
+ * int32 side table (index maps, matmul shapes) and two float64 arenas (values
+ * and adjoints) of the same length.  Every operand is an OFFSET into the
+ * arenas, never a pointer, so a program is relocatable and serialisable.
+ *
+ * Arena layout:  [ inputs | constants | intermediates ]
+ *                  0 ... n_in ... n_fixed ............ n_vals
+ * Inputs and constants are never written by an instruction (the verifier
+ * enforces it), so replays cannot corrupt the constant pool.
+ *
+ * Instruction = RT_WORDS int32 words: { op, n, out, a, b, c }
+ *   op  = opcode | (adjoint flags << 16); flag 1: a needs an adjoint,
+ *         2: b needs one, 4: c needs one.  flags == 0: no reverse work at all.
+ *   Operand lengths per opcode family (n is the element count of `out`
+ *   unless said otherwise):
+ *   UNARY         out[n] = F(a[n])
+ *   BINARY _VV    out[n] = F(a[n], b[n]);  _VS: b is one scalar;  _SV: a is one scalar
+ *   WHERE _VV/_VS/_SV  out[n] = a[n] != 0 ? b : c   (a = condition, never differentiated;
+ *                 _VS: c is a scalar, _SV: b is a scalar)
+ *   CLIP          out[n] = min(max(a[n], b[0]), c[0])   (b, c: scalar bounds, constants)
+ *   REDUCE_*      n segments: out[s] = reduce(a[s*b .. s*b+b))   (b = segment length)
+ *   GATHER        out[k] = a[ints[c+k]]           k < n, a has b elements
+ *   SCATTER_ADD   out[0..b) = 0; out[ints[c+k]] += a[k]      k < n (n = len(a))
+ *   SCATTER       out[ints[c+k]] = a[k]           k < n (n = len(a)), out has b elements
+ *   MATMUL        ints[c..c+3) = (M, K, N); out[M*N] = a[M*K] @ b[K*N], n = M*N
+ *   GUARD_*       n = expected result (0 or 1), out = guard number (not an offset),
+ *                 a, b: scalar operands.  Forward stops at the first guard whose
+ *                 predicate differs from n.
+ */
+#ifndef REVTAPE_VM_H
+#define REVTAPE_VM_H
+
+#include <stdint.h>
+
+#define RT_WORDS 6
+#define RT_OPCODE_MASK 0xffff
+#define RT_FLAGS_SHIFT 16
+
+enum {
+    RT_OK = 0,
+    RT_GUARD_FAILED = 1,   /* failed_guard holds the guard number */
+    RT_BUSY = 2,           /* another thread is replaying this program */
+    RT_UNVERIFIED = 3,     /* rt_verify has not accepted this program */
+    RT_BADARG = 4          /* e.g. value_and_grad on a non-scalar output */
+};
+
+typedef struct rt_program {
+    const int32_t *code;  int64_t n_instr;
+    const int32_t *ints;  int64_t n_ints;
+    double *vals;         double *adj;     int64_t n_vals;
+    int64_t n_in;         /* inputs: vals[0, n_in) */
+    int64_t n_grad;       /* gradients are reported for vals[0, n_grad), n_grad <= n_in */
+    int64_t n_fixed;      /* inputs and constants: vals[0, n_fixed), read-only */
+    int64_t out_off;      int64_t out_len;
+    int32_t verified;     /* written by rt_verify only */
+    int32_t busy;         /* 1 while a replay runs */
+    int32_t status;       /* status of the last rt_value_and_grad */
+    int32_t failed_guard; /* guard number when status == RT_GUARD_FAILED */
+} rt_program;
+
+/* Checks every opcode, offset, length and index map of p; sets p->verified.
+ * Returns RT_OK or RT_UNVERIFIED with a message in msg. */
+int rt_verify(rt_program *p, char *msg, int64_t msg_len);
+
+/* Copies x (n_in values; NULL: vals already hold the inputs) into the arena
+ * and runs the forward sweep; copies the output into y unless y is NULL. */
+int rt_forward(rt_program *p, const double *x, double *y);
+
+/* Forward, then one reverse sweep seeded with 1 on the scalar output; writes
+ * n_grad gradient values to g and returns the value.  Status in p->status. */
+double rt_value_and_grad(rt_program *p, const double *x, double *g);
+
+/* Forward at x, then one reverse sweep seeded with w (out_len values):
+ * g = w^T J.  y receives the output (may be NULL). */
+int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g);
+
+/* Forward at x, then out_len reverse sweeps: J is out_len x n_grad, row-major. */
+int rt_jacobian(rt_program *p, const double *x, double *y, double *J);
+
+/* Hash of the op table this VM was generated from (see ops_generated.h). */
+const char *rt_op_table_hash(void);
+int32_t rt_num_ops(void);
+
+#endif

@@ -1,0 +1,44 @@
+"""cffi build script (out-of-line API mode), run by setup.py through cffi_modules.
+
+It compiles csrc/*.c into the extension module ``revtape._vm``.  The cdef is
+read from the C headers themselves (preprocessor lines dropped), so the C
+declarations are written once; cffi's compile step then checks them against
+the real headers.
+"""
+
+import pathlib
+import re
+
+from cffi import FFI
+
+CSRC = pathlib.Path(__file__).resolve().parents[2] / "csrc"
+HEADERS = ["vm.h", "reference.h"]
+SOURCES = ["vm.c", "specfun.c", "reference.c"]
+
+
+def _cdef_from_header(text):
+    keep = []
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("#"):
+            # cffi understands "#define NAME <integer>" only
+            if re.match(r"#define\s+\w+\s+(0x[0-9a-fA-F]+|\d+)\s*$", s):
+                keep.append(s)
+            continue
+        keep.append(line)
+    return "\n".join(keep)
+
+
+ffibuilder = FFI()
+ffibuilder.cdef("\n".join(_cdef_from_header((CSRC / h).read_text()) for h in HEADERS))
+ffibuilder.set_source(
+    "revtape._vm",
+    "\n".join(f'#include "{h}"' for h in HEADERS),
+    sources=[str(CSRC / s) for s in SOURCES],
+    include_dirs=[str(CSRC)],
+    extra_compile_args=["-O2", "-std=c99", "-fno-math-errno", "-D_DEFAULT_SOURCE"],
+    libraries=["m"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,55 @@
+"""The errors revtape raises.  Every one is a RevtapeError and says what to do."""
+
+
+class RevtapeError(Exception):
+    """Base class of every error revtape raises on purpose."""
+
+
+class InputError(RevtapeError, ValueError):
+    """A replay input (or out= buffer) has the wrong structure, shape or dtype."""
+
+
+class TapeMixError(RevtapeError):
+    """One operation received tracked values of two different recording tapes."""
+
+
+class TapeFinishedError(RevtapeError):
+    """A tracked value of a finished tape was used in a new operation."""
+
+
+class OutputError(RevtapeError, ValueError):
+    """The tape's output does not suit the request (e.g. non-scalar for a gradient)."""
+
+
+class ConversionError(RevtapeError, TypeError):
+    """A tracked value was turned into a plain number, which would drop its gradient."""
+
+
+class UnsupportedError(RevtapeError, NotImplementedError):
+    """An operation revtape cannot record."""
+
+
+class VerificationError(RevtapeError):
+    """The C verifier refused a program; it was never executed."""
+
+
+class ConcurrentUseError(RevtapeError):
+    """Two threads replayed the same CompiledTape at once."""
+
+
+class BuildMismatchError(RevtapeError):
+    """A pickled or compiled program comes from an incompatible build of revtape."""
+
+
+class BranchChanged(RevtapeError):
+    """A replay took another branch than the recording did (a branch guard failed)."""
+
+    def __init__(self, message, guard=None, where=None, operands=None):
+        super().__init__(message)
+        self.guard = guard
+        self.where = where
+        self.operands = operands
+
+
+class StaleTape(RevtapeError):
+    """A cached tape no longer matches the function (raised with on_stale='raise')."""

@@ -1,0 +1,469 @@
+"""The op table: the single source of truth for every operation revtape records.
+
+Each row declares, in one place, an operation's name, family, numpy forward,
+reverse rule and (for elementwise families) the C expressions of its value
+and local partials.  Everything else is derived from this table:
+
+* the primitives (``ops.P.sin`` ...) that tracked values dispatch to,
+* the reference replay (tape.py) and the traced reverse pass (HessianTape),
+* the VM opcode list and ``csrc/ops_generated.h`` (see ``_codegen.py``),
+* the op-table hash that a built extension and a pickled program must match.
+
+Reverse rules are written with the primitives themselves, as in HIPS
+autograd, so the same rule runs on plain arrays (reference replay) and on
+tracked values (recording a gradient onto a new tape for Hessians).
+
+Elementwise rules give local partials; the replay engine turns a partial d
+into ``azmul(g, d)`` -- a multiply in which an exactly-zero adjoint stays zero
+even when d is inf or nan (CppAD's azmul) -- and unbroadcasts once for all.
+"""
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.special as sps
+
+from .errors import UnsupportedError
+
+# Families.  The elementwise ones are generated into the C VM from their
+# expressions; the others have a hand-written kernel in csrc/vm.c (or are
+# lowered by the compiler into those kernels).
+UNARY, BINARY, UNARY_ND, BINARY_ND = "unary", "binary", "unary_nd", "binary_nd"
+WHERE, CLIP, REDUCE, MATMUL, GUARD = "where", "clip", "reduce", "matmul", "guard"
+STRUCT = "struct"  # reshape/take/item/scatter_add/concat: lowered to aliases, gathers, scatters
+
+
+@dataclass(eq=False)
+class Op:
+    name: str
+    family: str
+    fwd: object                       # numpy forward on plain values
+    partials: tuple = ()              # elementwise: d(out)/d(arg_i) as fn(ans, *args)
+    vjp: object = None                # other families: fn(i, g, ans, *args, **params)
+    c_fwd: str = ""                   # C expression in x (and y)
+    c_partials: tuple = ()            # C expressions in x, y and f (the output)
+    doc: str = ""
+    diff: bool = True
+    index: int = field(default=-1)    # position in OPS
+
+    def __repr__(self):
+        return f"<op {self.name}>"
+
+
+OPS = {}
+
+
+def _def(name, family, fwd, **kw):
+    op = Op(name, family, fwd, **kw)
+    op.index = len(OPS)
+    OPS[name] = op
+    return op
+
+
+def _quiet(f):
+    """numpy forward without floating-point warnings: nan/inf are results, not errors."""
+    def g(*args, **params):
+        with np.errstate(all="ignore"):
+            return f(*args, **params)
+    g.__name__ = getattr(f, "__name__", "fwd")
+    return g
+
+
+class _Primitives:
+    """Namespace of primitive callables, one per op: ``P.sin(x)``."""
+
+
+P = _Primitives()
+
+
+def apply(op, args, params):
+    """Run op on args: records onto the args' tape if any is tracked, else numpy."""
+    for a in args:
+        if getattr(a, "_is_tracked", False) and a._id >= 0:
+            return a._tape._record(op, args, params)
+    vals = [a._const if getattr(a, "_is_tracked", False) else a for a in args]
+    return op.fwd(*vals, **params)
+
+
+def _make_primitive(op):
+    def prim(*args, **params):
+        return apply(op, args, params)
+    prim.__name__ = op.name
+    prim.__qualname__ = f"P.{op.name}"
+    prim.op = op
+    return prim
+
+
+# ---------------------------------------------------------------- shape helpers
+# Used by reverse rules; written with primitives so they trace too.
+
+def shape_of(v):
+    return v.shape if hasattr(v, "shape") else ()
+
+
+def expand_reduced(g, in_shape, axis, keepdims):
+    """Broadcast a reduction's adjoint g back to the input shape."""
+    if not keepdims:
+        kept = list(in_shape)
+        for ax in (range(len(in_shape)) if axis is None else axis):
+            kept[ax] = 1
+        g = P.reshape(g, shape=tuple(kept))
+    return broadcast_to(g, tuple(in_shape))
+
+
+def broadcast_to(v, shape):
+    shape = tuple(shape)
+    if tuple(shape_of(v)) == shape:
+        return v
+    src = np.arange(int(np.prod(shape_of(v), dtype=np.int64))).reshape(shape_of(v))
+    idx = np.ascontiguousarray(np.broadcast_to(src, shape))
+    return P.take(v, idx=idx)
+
+
+def unbroadcast(g, shape):
+    """Sum g over the axes that broadcasting added or stretched to reach shape."""
+    gshape = tuple(shape_of(g))
+    shape = tuple(shape)
+    if gshape == shape:
+        return g
+    lead = len(gshape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1)
+    if axes:
+        g = P.sum(g, axis=axes, keepdims=False)
+    if tuple(shape_of(g)) != shape:
+        g = P.reshape(g, shape=shape)
+    return g
+
+
+def _as_tuple_axis(axis, ndim):
+    """Normalise a numpy axis argument to a sorted tuple of non-negative ints (or None)."""
+    if axis is None:
+        return None
+    if isinstance(axis, (int, np.integer)):
+        axis = (axis,)
+    out = []
+    for a in axis:
+        a = int(a)
+        if not -ndim <= a < ndim:
+            raise np.exceptions.AxisError(a, ndim)
+        out.append(a % ndim)
+    return tuple(sorted(set(out)))
+
+
+# ---------------------------------------------------------------- elementwise, unary
+# _unary(name, numpy forward, C value, partial as fn(ans, x), C partial in x, f)
+
+def _unary(name, fwd, c_fwd, partial, c_partial, doc=""):
+    return _def(name, UNARY, _quiet(fwd), partials=(partial,), c_fwd=c_fwd,
+                c_partials=(c_partial,), doc=doc)
+
+
+_unary("neg", np.negative, "-x", lambda f, x: -1.0, "-1.0")
+_unary("copy", lambda x: np.array(x, dtype=np.float64), "x", lambda f, x: 1.0, "1.0")
+_unary("exp", np.exp, "exp(x)", lambda f, x: f, "f")
+_unary("log", np.log, "log(x)", lambda f, x: P.reciprocal(x), "1.0 / x")
+_unary("log1p", np.log1p, "log1p(x)", lambda f, x: P.reciprocal(P.add(x, 1.0)), "1.0 / (1.0 + x)")
+_unary("expm1", np.expm1, "expm1(x)", lambda f, x: P.add(f, 1.0), "f + 1.0")
+_unary("sqrt", np.sqrt, "sqrt(x)", lambda f, x: P.div(0.5, f), "0.5 / f")
+_unary("square", np.square, "x * x", lambda f, x: P.mul(2.0, x), "2.0 * x")
+_unary("reciprocal", lambda x: np.divide(1.0, x), "1.0 / x", lambda f, x: P.neg(P.square(f)), "-(f * f)")
+_unary("sin", np.sin, "sin(x)", lambda f, x: P.cos(x), "cos(x)")
+_unary("cos", np.cos, "cos(x)", lambda f, x: P.neg(P.sin(x)), "-sin(x)")
+_unary("tan", np.tan, "tan(x)", lambda f, x: P.add(1.0, P.square(f)), "1.0 + f * f")
+_unary("tanh", np.tanh, "tanh(x)", lambda f, x: P.sub(1.0, P.square(f)), "1.0 - f * f")
+_unary("sinh", np.sinh, "sinh(x)", lambda f, x: P.cosh(x), "cosh(x)")
+_unary("cosh", np.cosh, "cosh(x)", lambda f, x: P.sinh(x), "sinh(x)")
+_unary("arctan", np.arctan, "atan(x)", lambda f, x: P.reciprocal(P.add(1.0, P.square(x))),
+       "1.0 / (1.0 + x * x)")
+# abs'(0) = 0 (autograd's convention): the partial is sign(x).
+_unary("abs", np.abs, "fabs(x)", lambda f, x: P.sign(x), "(double)((x > 0) - (x < 0))")
+_unary("gammaln", sps.gammaln, "rt_gammaln(x)", lambda f, x: P.digamma(x), "rt_digamma(x)")
+_unary("digamma", sps.digamma, "rt_digamma(x)", lambda f, x: P.trigamma(x), "rt_trigamma(x)")
+_unary("trigamma", lambda x: sps.polygamma(1, x), "rt_trigamma(x)",
+       lambda f, x: _polygamma2(x), "rt_tetragamma(x)")
+_unary("expit", sps.expit, "rt_expit(x)", lambda f, x: P.mul(f, P.sub(1.0, f)), "f * (1.0 - f)")
+_unary("log_expit", sps.log_expit, "rt_log_expit(x)", lambda f, x: P.expit(P.neg(x)), "rt_expit(-x)")
+_unary("erf", sps.erf, "erf(x)",
+       lambda f, x: P.mul(2.0 / math.sqrt(math.pi), P.exp(P.neg(P.square(x)))),
+       "M_2_SQRTPI * exp(-x * x)")
+
+
+def _polygamma2(x):
+    if getattr(x, "_is_tracked", False):
+        raise UnsupportedError("fourth derivatives of gammaln (derivatives of trigamma "
+                               "inside a Hessian) are not supported")
+    return sps.polygamma(2, x)
+
+
+# ---------------------------------------------------------------- elementwise, binary
+# _binary(name, numpy forward, C value, partials as fn(ans, x, y), C partials in x, y, f)
+
+def _binary(name, fwd, c_fwd, partials, c_partials, doc=""):
+    return _def(name, BINARY, _quiet(fwd), partials=partials, c_fwd=c_fwd,
+                c_partials=c_partials, doc=doc)
+
+
+_binary("add", np.add, "x + y", (lambda f, x, y: 1.0, lambda f, x, y: 1.0), ("1.0", "1.0"))
+_binary("sub", np.subtract, "x - y", (lambda f, x, y: 1.0, lambda f, x, y: -1.0), ("1.0", "-1.0"))
+_binary("mul", np.multiply, "x * y", (lambda f, x, y: y, lambda f, x, y: x), ("y", "x"))
+_binary("div", np.divide, "x / y",
+        (lambda f, x, y: P.reciprocal(y), lambda f, x, y: P.neg(P.div(f, y))),
+        ("1.0 / y", "-f / y"))
+# power: autograd's conventions -- d/dx is 0 where y == 0, d/dy is 0 where x == 0.
+_binary("pow", np.power, "pow(x, y)",
+        (lambda f, x, y: P.mul(y, P.pow(x, P.where(P.ne(y, 0.0), P.sub(y, 1.0), 1.0))),
+         lambda f, x, y: P.mul(P.log(P.where(P.eq(x, 0.0), 1.0, x)), f)),
+        ("y == 0.0 ? 0.0 : y * pow(x, y - 1.0)", "x == 0.0 ? 0.0 : log(x) * f"))
+# maximum/minimum: ties split the adjoint evenly (autograd's balanced_eq).
+_binary("maximum", np.maximum, "(x > y || x != x) ? x : y",
+        (lambda f, x, y: P.add(P.gt(x, y), P.mul(0.5, P.eq(x, y))),
+         lambda f, x, y: P.add(P.gt(y, x), P.mul(0.5, P.eq(x, y)))),
+        ("(x > y) + 0.5 * (x == y)", "(y > x) + 0.5 * (x == y)"))
+_binary("minimum", np.minimum, "(x < y || x != x) ? x : y",
+        (lambda f, x, y: P.add(P.lt(x, y), P.mul(0.5, P.eq(x, y))),
+         lambda f, x, y: P.add(P.lt(y, x), P.mul(0.5, P.eq(x, y)))),
+        ("(x < y) + 0.5 * (x == y)", "(y < x) + 0.5 * (x == y)"))
+_binary("logaddexp", np.logaddexp, "rt_logaddexp(x, y)",
+        (lambda f, x, y: P.exp(P.sub(x, f)), lambda f, x, y: P.exp(P.sub(y, f))),
+        ("exp(x - f)", "exp(y - f)"))
+_binary("xlogy", sps.xlogy, "rt_xlogy(x, y)",
+        (lambda f, x, y: P.log(y), lambda f, x, y: P.div(x, y)), ("log(y)", "x / y"))
+_binary("arctan2", np.arctan2, "atan2(x, y)",
+        (lambda f, x, y: P.div(y, P.add(P.square(x), P.square(y))),
+         lambda f, x, y: P.neg(P.div(x, P.add(P.square(x), P.square(y))))),
+        ("y / (x * x + y * y)", "-x / (x * x + y * y)"))
+# azmul: absolute-zero multiply, 0 * anything = 0.  Reverse rules use it so that a
+# zero adjoint never becomes nan through an infinite partial.
+_binary("azmul", lambda x, y: np.where(np.asarray(x) == 0, 0.0, np.multiply(x, y))[()],
+        "x == 0.0 ? 0.0 : x * y",
+        (lambda f, x, y: y, lambda f, x, y: x), ("y", "x"))
+
+# ---------------------------------------------------------------- elementwise, not differentiable
+# Masks are float64 arrays of 0.0 and 1.0, so they live in the same arenas.
+
+
+def _mask(f):
+    return _quiet(lambda *a: np.asarray(f(*a), dtype=np.float64)[()])
+
+
+for _n, _f, _c in [("lt", np.less, "x < y"), ("le", np.less_equal, "x <= y"),
+                   ("gt", np.greater, "x > y"), ("ge", np.greater_equal, "x >= y"),
+                   ("eq", np.equal, "x == y"), ("ne", np.not_equal, "x != y"),
+                   ("logical_and", np.logical_and, "x != 0.0 && y != 0.0"),
+                   ("logical_or", np.logical_or, "x != 0.0 || y != 0.0")]:
+    _def(_n, BINARY_ND, _mask(_f), c_fwd=f"(double)({_c})", diff=False)
+
+_def("logical_not", UNARY_ND, _mask(np.logical_not), c_fwd="(double)(x == 0.0)", diff=False)
+_def("sign", UNARY_ND, _quiet(np.sign), c_fwd="(double)((x > 0) - (x < 0))", diff=False)
+_def("floor", UNARY_ND, _quiet(np.floor), c_fwd="floor(x)", diff=False)
+_def("ceil", UNARY_ND, _quiet(np.ceil), c_fwd="ceil(x)", diff=False)
+
+# ---------------------------------------------------------------- select and clip
+
+
+def _where_vjp(i, g, ans, c, x, y):
+    if i == 1:
+        return P.where(c, g, 0.0)
+    return P.where(c, 0.0, g)
+
+
+_def("where", WHERE, _quiet(lambda c, x, y: np.where(np.asarray(c) != 0, x, y)[()]),
+     vjp=_where_vjp, doc="select: out = c != 0 ? x : y; no guard, both sides computed")
+
+
+def _clip_vjp(i, g, ans, x, lo, hi):
+    # Zero at the bounds, like autograd.
+    return P.azmul(g, P.logical_and(P.ne(ans, lo), P.ne(ans, hi)))
+
+
+_def("clip", CLIP, _quiet(lambda x, lo, hi: np.clip(x, lo, hi)[()]), vjp=_clip_vjp,
+     doc="lo and hi are scalar constants (an unbounded side is +-inf)")
+
+# ---------------------------------------------------------------- reductions
+# params: axis (sorted tuple or None), keepdims.  The compiler lowers them to
+# segmented kernels over contiguous runs (transposing first when needed).
+
+
+def _reduce_fwd(f):
+    return _quiet(lambda x, axis=None, keepdims=False: np.asarray(
+        f(x, axis=axis, keepdims=keepdims), dtype=np.float64)[()])
+
+
+def _sum_vjp(i, g, ans, x, axis=None, keepdims=False):
+    return expand_reduced(g, shape_of(x), axis, keepdims)
+
+
+def _maxmin_vjp(i, g, ans, x, axis=None, keepdims=False):
+    # Ties split the adjoint evenly among the maximal elements.
+    shape = shape_of(x)
+    hit = P.eq(x, expand_reduced(ans, shape, axis, keepdims))
+    count = expand_reduced(P.sum(hit, axis=axis, keepdims=keepdims), shape, axis, keepdims)
+    return P.azmul(expand_reduced(g, shape, axis, keepdims), P.div(hit, count))
+
+
+def _prod_vjp(i, g, ans, x, axis=None, keepdims=False):
+    # The product of the other elements, exact when x holds zeros.
+    shape = shape_of(x)
+    zero = P.eq(x, 0.0)
+    nonzero = P.where(zero, 1.0, x)
+    p_nz = expand_reduced(P.prod(nonzero, axis=axis, keepdims=keepdims), shape, axis, keepdims)
+    n_zero = expand_reduced(P.sum(zero, axis=axis, keepdims=keepdims), shape, axis, keepdims)
+    others = P.where(zero, P.mul(p_nz, P.eq(n_zero, 1.0)),
+                     P.mul(P.div(p_nz, nonzero), P.eq(n_zero, 0.0)))
+    return P.azmul(expand_reduced(g, shape, axis, keepdims), others)
+
+
+def _lse_vjp(i, g, ans, x, axis=None, keepdims=False):
+    shape = shape_of(x)
+    return P.azmul(expand_reduced(g, shape, axis, keepdims),
+                   P.exp(P.sub(x, expand_reduced(ans, shape, axis, keepdims))))
+
+
+_def("sum", REDUCE, _reduce_fwd(np.sum), vjp=_sum_vjp)
+_def("max", REDUCE, _reduce_fwd(np.max), vjp=_maxmin_vjp)
+_def("min", REDUCE, _reduce_fwd(np.min), vjp=_maxmin_vjp)
+_def("prod", REDUCE, _reduce_fwd(np.prod), vjp=_prod_vjp)
+_def("logsumexp", REDUCE, _reduce_fwd(sps.logsumexp), vjp=_lse_vjp)
+_def("all", REDUCE, _reduce_fwd(lambda x, axis, keepdims: np.all(x != 0, axis=axis, keepdims=keepdims)),
+     diff=False)
+_def("any", REDUCE, _reduce_fwd(lambda x, axis, keepdims: np.any(x != 0, axis=axis, keepdims=keepdims)),
+     diff=False)
+
+# ---------------------------------------------------------------- matmul (1-D and 2-D operands)
+
+
+def _matmul_vjp(i, g, ans, a, b):
+    sa, sb = shape_of(a), shape_of(b)
+    if len(sa) == 1 and len(sb) == 1:
+        return P.mul(g, b) if i == 0 else P.mul(g, a)
+    if i == 0:
+        if len(sa) == 1:            # (k,) @ (k,n): g is (n,)
+            return P.matmul(b, g)
+        if len(sb) == 1:            # (m,k) @ (k,): g is (m,)
+            return P.matmul(P.reshape(g, shape=(sa[0], 1)), P.reshape(b, shape=(1, sb[0])))
+        return P.matmul(g, transpose(b))
+    if len(sa) == 1:
+        return P.matmul(P.reshape(a, shape=(sa[0], 1)), P.reshape(g, shape=(1, sb[1])))
+    return P.matmul(transpose(a), g)
+
+
+def _matmul_fwd(a, b):
+    if np.ndim(a) not in (1, 2) or np.ndim(b) not in (1, 2):
+        raise UnsupportedError("matmul of tracked values supports 1-D and 2-D operands; "
+                               "reshape batched operands and loop")
+    return np.matmul(a, b)[()]
+
+
+_def("matmul", MATMUL, _matmul_fwd, vjp=_matmul_vjp)
+
+# ---------------------------------------------------------------- structure
+# reshape and item are aliases in a compiled program (no instruction); take is
+# a gather with a flat index array (slices, transposes, fancy indexing,
+# broadcasting); scatter_add is its adjoint; concat lowers to scatters.
+
+
+def transpose(x, axes=None):
+    shape = shape_of(x)
+    if len(shape) < 2:
+        return x
+    idx = np.ascontiguousarray(np.arange(int(np.prod(shape))).reshape(shape).transpose(axes))
+    return P.take(x, idx=idx)
+
+
+_def("reshape", STRUCT, lambda x, shape: np.reshape(x, shape),
+     vjp=lambda i, g, ans, x, shape: P.reshape(g, shape=shape_of(x)))
+_def("item", STRUCT, lambda x, i: float(x.flat[i]),
+     vjp=lambda i_, g, ans, x, i: P.scatter_add(g, idx=np.array(i), shape=shape_of(x)))
+
+
+def _take_fwd(x, idx):
+    return np.asarray(x).ravel()[idx]
+
+
+def _scatter_add_fwd(g, idx, shape):
+    out = np.zeros(int(np.prod(shape, dtype=np.int64)))
+    np.add.at(out, np.asarray(idx).ravel(), np.asarray(g, dtype=np.float64).ravel())
+    return out.reshape(shape)[()]
+
+
+_def("take", STRUCT, _take_fwd,
+     vjp=lambda i, g, ans, x, idx: P.scatter_add(g, idx=idx, shape=shape_of(x)))
+_def("scatter_add", STRUCT, _scatter_add_fwd,
+     vjp=lambda i, g, ans, x, idx, shape: P.take(g, idx=idx))
+
+
+def concat_pieces(shapes, axis):
+    """Flat positions of each concatenated piece inside the result."""
+    sizes = [s[axis] for s in shapes]
+    out_shape = list(shapes[0])
+    out_shape[axis] = sum(sizes)
+    pos = np.arange(int(np.prod(out_shape))).reshape(out_shape)
+    cuts = np.cumsum(sizes)[:-1]
+    return [np.ascontiguousarray(p) for p in np.split(pos, cuts, axis=axis)]
+
+
+def _concat_vjp(i, g, ans, *xs, axis):
+    return P.take(g, idx=concat_pieces([shape_of(x) for x in xs], axis)[i])
+
+
+_def("concat", STRUCT, lambda *xs, axis: np.concatenate([np.asarray(x) for x in xs], axis=axis),
+     vjp=_concat_vjp)
+
+# ---------------------------------------------------------------- guards
+# A guard records the outcome of a comparison that Python branched on.  It has
+# no output; replays re-evaluate the exact predicate and stop when it differs.
+
+GUARD_PREDICATES = {
+    "lt": ("<", lambda x, y: x < y), "le": ("<=", lambda x, y: x <= y),
+    "gt": (">", lambda x, y: x > y), "ge": (">=", lambda x, y: x >= y),
+    "eq": ("==", lambda x, y: x == y), "ne": ("!=", lambda x, y: x != y),
+}
+_def("guard", GUARD, None, diff=False,
+     doc="params: pred (lt/le/gt/ge/eq/ne), expected (bool), where (source line)")
+
+for _op in OPS.values():
+    setattr(P, _op.name, _make_primitive(_op))
+
+# ---------------------------------------------------------------- the VM's opcodes
+# Derived from the table: one opcode per unary op, three operand-kind variants
+# per binary op (array-array, array-scalar, scalar-array), one kernel each for
+# the other families.  The VM never asks whether an operand is a scalar.
+
+BINARY_VARIANTS = ("VV", "VS", "SV")
+VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP")
+
+
+def _vm_opcodes():
+    names = []
+    for op in OPS.values():
+        if op.family in (UNARY, UNARY_ND):
+            names.append(op.name.upper())
+        elif op.family in (BINARY, BINARY_ND):
+            names += [f"{op.name.upper()}_{v}" for v in BINARY_VARIANTS]
+        elif op.family == WHERE:
+            names += [f"WHERE_{v}" for v in BINARY_VARIANTS]
+        elif op.family == REDUCE:
+            names.append(f"REDUCE_{op.name.upper()}")
+        elif op.family == GUARD:
+            names += [f"GUARD_{p.upper()}" for p in GUARD_PREDICATES]
+    return names + list(VM_STRUCT)
+
+
+VM_OPCODES = _vm_opcodes()
+OPCODE = {name: i for i, name in enumerate(VM_OPCODES)}
+REDUCE_OPS = [op.name for op in OPS.values() if op.family == REDUCE]
+
+
+def table_fingerprint():
+    """A hash of everything the C VM is generated from; a build must match it."""
+    h = hashlib.sha256()
+    for op in OPS.values():
+        h.update(repr((op.name, op.family, op.c_fwd, op.c_partials)).encode())
+    h.update(repr(VM_OPCODES).encode())
+    return h.hexdigest()[:16]
+
+
+OP_TABLE_HASH = table_fingerprint()
