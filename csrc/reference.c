@@ -1,0 +1,87 @@
+/* Hand-written value-and-gradient reference implementations; see reference.h
+ * and src/revtape/workloads.py for the workload definitions. */
+#include <math.h>
+#include <stdint.h>
+
+#include "reference.h"
+
+double ref_eight_schools_vg(const double *x, double *g)
+{
+    static const double y[8] = {28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0};
+    static const double sigma[8] = {15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0};
+    const double mu = x[0], log_tau = x[1];
+    const double tau = exp(log_tau);
+    const double m5 = mu / 5.0, t5 = tau / 5.0, t52 = t5 * t5;
+    double lp = -0.5 * m5 * m5 + log_tau - log1p(t52);
+    double g_mu = -m5 / 5.0;
+    double g_lt = 1.0 - 2.0 * t52 / (1.0 + t52);
+    for (int j = 0; j < 8; j++) {
+        const double eta = x[2 + j];
+        const double r = (y[j] - (mu + tau * eta)) / sigma[j];
+        const double rs = r / sigma[j];          /* -d(-0.5 r^2)/d(theta_j) */
+        lp += -0.5 * eta * eta - 0.5 * r * r;
+        g_mu += rs;
+        g_lt += rs * tau * eta;
+        g[2 + j] = -eta + rs * tau;
+    }
+    g[0] = g_mu;
+    g[1] = g_lt;
+    return lp;
+}
+
+double ref_rosenbrock_vg(const double *x, double *g, int64_t n)
+{
+    double s = 0.0;
+    if (n <= 0)
+        return 0.0;
+    g[0] = 0.0;
+    for (int64_t i = 0; i < n - 1; i++) {
+        const double xi = x[i];
+        const double a = x[i + 1] - xi * xi;
+        const double b = 1.0 - xi;
+        s += 100.0 * a * a + b * b;
+        g[i] += -400.0 * xi * a - 2.0 * b;
+        g[i + 1] = 200.0 * a;
+    }
+    return s;
+}
+
+double ref_logreg_vg(const double *beta, double *g, const double *X, const double *y,
+                     int64_t N, int64_t D)
+{
+    double lp = 0.0, prior = 0.0;
+    for (int64_t j = 0; j < D; j++) {
+        g[j] = -beta[j];
+        prior += beta[j] * beta[j];
+    }
+    for (int64_t i = 0; i < N; i++) {
+        const double *xi = X + i * D;
+        double eta = 0.0;
+        for (int64_t j = 0; j < D; j++)
+            eta += xi[j] * beta[j];
+        /* softplus(eta) = log(1 + exp(eta)) = max(eta, 0) + log1p(exp(-|eta|)) */
+        const double e = exp(-fabs(eta));
+        const double softplus = (eta > 0.0 ? eta : 0.0) + log1p(e);
+        const double p = eta >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);  /* expit(eta) */
+        const double r = y[i] - p;
+        lp += y[i] * eta - softplus;
+        for (int64_t j = 0; j < D; j++)
+            g[j] += r * xi[j];
+    }
+    return lp - 0.5 * prior;
+}
+
+double ref_chain_vg(const double *x, double *g, int64_t L, double *work)
+{
+    double y = x[0];
+    for (int64_t k = 0; k < L; k++) {
+        work[k] = y;
+        y = y + 0.001 * sin(y + 0.1 * (double)k);
+    }
+    /* reverse sweep: ybar_k = ybar_{k+1} * (1 + 0.001*cos(y_k + 0.1*k)) */
+    double ybar = 1.0;
+    for (int64_t k = L - 1; k >= 0; k--)
+        ybar += ybar * 0.001 * cos(work[k] + 0.1 * (double)k);
+    g[0] = ybar;
+    return y;
+}

@@ -1,0 +1,32 @@
+/* Hand-written value-and-gradient functions: the speed reference.
+ *
+ * "What a human would write in C at -O2" for each benchmark workload in
+ * src/revtape/workloads.py.  Each function returns the value and writes the
+ * gradient into g.  All arrays are C-contiguous float64.
+ *
+ * This header is also fed to cffi's cdef (with '#' lines dropped), so it holds
+ * plain prototypes only: no macros, no inline functions.
+ */
+#ifndef REVTAPE_REFERENCE_H
+#define REVTAPE_REFERENCE_H
+
+#include <stdint.h>
+
+/* Non-centred eight schools, x = [mu, log_tau, eta_1..eta_8], g has 10 entries. */
+double ref_eight_schools_vg(const double *x, double *g);
+
+/* sum_{i<n-1} 100*(x[i+1]-x[i]^2)^2 + (1-x[i])^2, x and g have n entries. */
+double ref_rosenbrock_vg(const double *x, double *g, int64_t n);
+
+/* Bayesian logistic regression with a N(0,1) prior:
+ *   sum_i y_i*eta_i - log(1+exp(eta_i)) - 0.5*|beta|^2,  eta = X @ beta,
+ * X is N x D row-major, y has N entries (0/1), beta and g have D entries. */
+double ref_logreg_vg(const double *beta, double *g, const double *X, const double *y,
+                     int64_t N, int64_t D);
+
+/* y = x[0]; repeat L times: y = y + 0.001*sin(y + 0.1*k); returns y, g[0] = dy/dx0.
+ * Forward pass stores the L intermediate y values in work (L doubles, caller
+ * allocated), then a reverse sweep over them. */
+double ref_chain_vg(const double *x, double *g, int64_t L, double *work);
+
+#endif

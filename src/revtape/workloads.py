@@ -1,0 +1,338 @@
+"""Benchmark workloads and their hand-written reference implementations.
+
+Each :class:`Workload` bundles
+
+* ``f``: the user's function in ordinary numpy / Python, traceable by an
+  operator-overloading AD tool (only ``+ - * / **``, ``x[i]``, slices,
+  ``np.sum``, ``np.exp``, ``np.log1p``, ``np.sin``, ``np.logaddexp``, ``@``
+  and plain Python loops);
+* ``x0``: the float64 evaluation point;
+* ``numpy_vg(x) -> (value, grad)``: a hand-written numpy value and gradient;
+* ``c_name``: the hand-written C value-and-gradient in ``csrc/reference.c``
+  (compiled into ``revtape._vm``); :meth:`Workload.make_c_vg` wraps it.
+
+Everything is deterministic (``np.random.default_rng(seed)``).  This module
+imports numpy only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = [
+    "Workload",
+    "eight_schools",
+    "rosenbrock_loop",
+    "rosenbrock_vec",
+    "logreg",
+    "chain",
+    "ALL",
+]
+
+
+@dataclass
+class Workload:
+    name: str
+    f: Callable[[np.ndarray], Any]
+    x0: np.ndarray
+    numpy_vg: Callable[[np.ndarray], tuple[float, np.ndarray]]
+    c_name: str
+    data: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    n_instructions_hint: int | None = None
+
+    def make_c_vg(self, ffi, lib):
+        """Return ``vg(x, g=None) -> (value, g)`` calling the C reference.
+
+        ``ffi``/``lib`` are those of the compiled module (``revtape._vm``).
+        Buffers for the data arrays (and the chain's work array) are created
+        once here; ``x`` and ``g`` must be C-contiguous float64 arrays.
+        """
+        return _C_WRAPPERS[self.c_name](self, ffi, lib)
+
+
+# --------------------------------------------------------------------------
+# C wrappers (argument plumbing for each reference signature)
+
+
+def _c_eight_schools(w, ffi, lib):
+    fn = lib.ref_eight_schools_vg
+    n = w.x0.size
+
+    def vg(x, g=None):
+        if g is None:
+            g = np.empty(n)
+        v = fn(ffi.from_buffer("double[]", x), ffi.from_buffer("double[]", g))
+        return v, g
+
+    return vg
+
+
+def _c_rosenbrock(w, ffi, lib):
+    fn = lib.ref_rosenbrock_vg
+
+    def vg(x, g=None):
+        if g is None:
+            g = np.empty(x.size)
+        v = fn(ffi.from_buffer("double[]", x), ffi.from_buffer("double[]", g), x.size)
+        return v, g
+
+    return vg
+
+
+def _c_logreg(w, ffi, lib):
+    fn = lib.ref_logreg_vg
+    X = np.ascontiguousarray(w.data["X"], dtype=np.float64)
+    y = np.ascontiguousarray(w.data["y"], dtype=np.float64)
+    N, D = X.shape
+    Xp = ffi.from_buffer("double[]", X)
+    yp = ffi.from_buffer("double[]", y)
+
+    def vg(x, g=None):
+        if g is None:
+            g = np.empty(D)
+        v = fn(ffi.from_buffer("double[]", x), ffi.from_buffer("double[]", g), Xp, yp, N, D)
+        return v, g
+
+    vg._keepalive = (X, y, Xp, yp)
+    return vg
+
+
+def _c_chain(w, ffi, lib):
+    fn = lib.ref_chain_vg
+    L = w.params["L"]
+    work = np.empty(max(L, 1))
+    wp = ffi.from_buffer("double[]", work)
+
+    def vg(x, g=None):
+        if g is None:
+            g = np.empty(1)
+        v = fn(ffi.from_buffer("double[]", x), ffi.from_buffer("double[]", g), L, wp)
+        return v, g
+
+    vg._keepalive = (work, wp)
+    return vg
+
+
+_C_WRAPPERS = {
+    "ref_eight_schools_vg": _c_eight_schools,
+    "ref_rosenbrock_vg": _c_rosenbrock,
+    "ref_logreg_vg": _c_logreg,
+    "ref_chain_vg": _c_chain,
+}
+
+
+# --------------------------------------------------------------------------
+# eight schools (non-centred)
+
+_ES_Y = (28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0)
+_ES_SIGMA = (15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0)
+
+
+def eight_schools() -> Workload:
+    """Non-centred eight schools; x = [mu, log_tau, eta_1..eta_8].
+
+    logp = -0.5*(mu/5)**2 + log_tau - log1p((tau/5)**2)
+           + sum_j [-0.5*eta_j**2 - 0.5*((y_j - (mu + tau*eta_j))/sigma_j)**2],
+    tau = exp(log_tau)   (half-Cauchy(0, 5) prior on tau, N(0, 5) on mu).
+    """
+    y_data = _ES_Y
+    s_data = _ES_SIGMA
+
+    def f(x):
+        mu = x[0]
+        log_tau = x[1]
+        tau = np.exp(log_tau)
+        lp = -0.5 * (mu / 5.0) ** 2 + log_tau - np.log1p((tau / 5.0) ** 2)
+        for j in range(8):
+            eta = x[2 + j]
+            yj = y_data[j]
+            sj = s_data[j]
+            lp = lp + (-0.5 * eta ** 2 - 0.5 * ((yj - (mu + tau * eta)) / sj) ** 2)
+        return lp
+
+    y = np.array(y_data)
+    sigma = np.array(s_data)
+
+    def numpy_vg(x):
+        x = np.asarray(x, dtype=np.float64)
+        mu, log_tau, eta = x[0], x[1], x[2:]
+        tau = math.exp(log_tau)
+        t52 = (tau / 5.0) ** 2
+        r = (y - (mu + tau * eta)) / sigma
+        rs = r / sigma
+        lp = -0.5 * (mu / 5.0) ** 2 + log_tau - math.log1p(t52) + np.sum(-0.5 * eta**2 - 0.5 * r**2)
+        g = np.empty(10)
+        g[0] = -mu / 25.0 + np.sum(rs)
+        g[1] = 1.0 - 2.0 * t52 / (1.0 + t52) + tau * np.sum(rs * eta)
+        g[2:] = -eta + tau * rs
+        return float(lp), g
+
+    x0 = np.random.default_rng(0).normal(size=10)
+    return Workload(
+        name="eight-schools",
+        f=f,
+        x0=x0,
+        numpy_vg=numpy_vg,
+        c_name="ref_eight_schools_vg",
+        data={"y": y, "sigma": sigma},
+        params={},
+        n_instructions_hint=10 + 8 * 10,
+    )
+
+
+# --------------------------------------------------------------------------
+# Rosenbrock (extended, chained form)
+
+
+def _rosenbrock_numpy_vg(x):
+    x = np.asarray(x, dtype=np.float64)
+    xl, xr = x[:-1], x[1:]
+    a = xr - xl * xl
+    b = 1.0 - xl
+    v = np.sum(100.0 * a * a + b * b)
+    g = np.zeros_like(x)
+    g[:-1] = -400.0 * xl * a - 2.0 * b
+    g[1:] += 200.0 * a
+    return float(v), g
+
+
+def _rosenbrock_x0(n):
+    # deterministic, in [-1, 1]
+    return np.random.default_rng(1).uniform(-1.0, 1.0, size=n)
+
+
+def rosenbrock_loop(n: int = 100) -> Workload:
+    """f = sum_{i<n-1} 100*(x[i+1]-x[i]**2)**2 + (1-x[i])**2, as a scalar Python loop."""
+
+    def f(x):
+        s = 0.0
+        for i in range(n - 1):
+            s = s + (100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2)
+        return s
+
+    return Workload(
+        name="rosenbrock-loop",
+        f=f,
+        x0=_rosenbrock_x0(n),
+        numpy_vg=_rosenbrock_numpy_vg,
+        c_name="ref_rosenbrock_vg",
+        data={},
+        params={"n": n},
+        n_instructions_hint=8 * (n - 1),
+    )
+
+
+def rosenbrock_vec(n: int = 10000) -> Workload:
+    """Same function as rosenbrock_loop, vectorized with x[1:], x[:-1] and np.sum."""
+
+    def f(x):
+        return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+    return Workload(
+        name="rosenbrock-vec",
+        f=f,
+        x0=_rosenbrock_x0(n),
+        numpy_vg=_rosenbrock_numpy_vg,
+        c_name="ref_rosenbrock_vg",
+        data={},
+        params={"n": n},
+        n_instructions_hint=10,
+    )
+
+
+# --------------------------------------------------------------------------
+# Bayesian logistic regression
+
+
+def _expit(z):
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def logreg(N: int = 1000, D: int = 20, seed: int = 0) -> Workload:
+    """logp(beta) = sum(y*eta - logaddexp(0, eta)) - 0.5*sum(beta**2), eta = X @ beta.
+
+    X ~ N(0, 1) of shape (N, D), beta_true ~ N(0, 1), y ~ Bernoulli(expit(X @ beta_true)),
+    x0 = 0.5 * N(0, 1) of length D; all from default_rng(seed) in that order.
+    """
+    rng = np.random.default_rng(seed)
+    X = np.ascontiguousarray(rng.standard_normal((N, D)), dtype=np.float64)
+    beta_true = rng.standard_normal(D)
+    y = (rng.uniform(size=N) < _expit(X @ beta_true)).astype(np.float64)
+    x0 = 0.5 * rng.standard_normal(D)
+
+    def f(beta):
+        eta = X @ beta
+        return np.sum(y * eta - np.logaddexp(0.0, eta)) - 0.5 * np.sum(beta ** 2)
+
+    def numpy_vg(beta):
+        beta = np.asarray(beta, dtype=np.float64)
+        eta = X @ beta
+        lp = np.sum(y * eta - np.logaddexp(0.0, eta)) - 0.5 * np.dot(beta, beta)
+        g = X.T @ (y - _expit(eta)) - beta
+        return float(lp), g
+
+    return Workload(
+        name="logreg",
+        f=f,
+        x0=x0,
+        numpy_vg=numpy_vg,
+        c_name="ref_logreg_vg",
+        data={"X": X, "y": y},
+        params={"N": N, "D": D, "seed": seed},
+        n_instructions_hint=8,
+    )
+
+
+# --------------------------------------------------------------------------
+# long scalar chain
+
+
+def chain(L: int = 1000) -> Workload:
+    """y = x[0]; repeat for k < L: y = y + 0.001*sin(y + 0.1*k); return y.
+
+    4 recorded instructions per step (add const, sin, mul const, add).
+    """
+
+    def f(x):
+        y = x[0]
+        for k in range(L):
+            y = y + 0.001 * np.sin(y + 0.1 * k)
+        return y
+
+    def numpy_vg(x):
+        # forward pass storing the intermediates, then the reverse sweep, vectorized
+        y = float(x[0])
+        ys = np.empty(L)
+        sin = math.sin
+        for k in range(L):
+            ys[k] = y
+            y = y + 0.001 * sin(y + 0.1 * k)
+        d = 1.0 + 0.001 * np.cos(ys + 0.1 * np.arange(L))
+        return y, np.array([np.prod(d)])
+
+    x0 = np.array([0.5])
+    return Workload(
+        name="chain",
+        f=f,
+        x0=x0,
+        numpy_vg=numpy_vg,
+        c_name="ref_chain_vg",
+        data={},
+        params={"L": L},
+        n_instructions_hint=4 * L,
+    )
+
+
+ALL = {
+    "eight-schools": eight_schools,
+    "rosenbrock-loop": rosenbrock_loop,
+    "rosenbrock-vec": rosenbrock_vec,
+    "logreg": logreg,
+    "chain": chain,
+}
