@@ -20,6 +20,7 @@ even when d is inf or nan (CppAD's azmul) -- and unbroadcasts once for all.
 
 import hashlib
 import math
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,10 +47,25 @@ class Op:
     c_partials: tuple = ()            # C expressions in x, y and f (the output)
     doc: str = ""
     diff: bool = True
+    sfwd: object = None               # fast forward on Python floats (None: numpy only)
     index: int = field(default=-1)    # position in OPS
 
     def __repr__(self):
         return f"<op {self.name}>"
+
+    # Ops are table rows: copies and pickles refer to the row by name.
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __reduce__(self):
+        return (op_named, (self.name,))
+
+
+def op_named(name):
+    return OPS[name]
 
 
 OPS = {}
@@ -426,6 +442,21 @@ _def("guard", GUARD, None, diff=False,
 
 for _op in OPS.values():
     setattr(P, _op.name, _make_primitive(_op))
+
+# Python-float forwards for the scalar recording path (no numpy call per
+# instruction).  They raise where numpy would return inf/nan; the caller then
+# falls back to the numpy forward.
+_SCALAR_FWD = {
+    "neg": operator.neg, "copy": float, "exp": math.exp, "log": math.log,
+    "log1p": math.log1p, "expm1": math.expm1, "sqrt": math.sqrt,
+    "square": lambda x: x * x, "reciprocal": lambda x: 1.0 / x, "sin": math.sin,
+    "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "sinh": math.sinh,
+    "cosh": math.cosh, "arctan": math.atan, "abs": abs, "erf": math.erf,
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
+    "div": operator.truediv, "pow": math.pow, "arctan2": math.atan2,
+}
+for _name, _f in _SCALAR_FWD.items():
+    OPS[_name].sfwd = _f
 
 # ---------------------------------------------------------------- the VM's opcodes
 # Derived from the table: one opcode per unary op, three operand-kind variants

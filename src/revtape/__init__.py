@@ -1,0 +1,46 @@
+"""revtape: reverse-mode AD for Python and numpy; tapes compile to a flat C
+instruction buffer replayed by a small C virtual machine.
+
+    import revtape as rt
+    tape = rt.GradientTape(f, x0)       # record f once
+    ctape = rt.compile(tape)            # lower to the C VM
+    value, grad = ctape.value_and_gradient(x)
+"""
+
+from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, ConversionError,
+                     InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
+                     TapeMixError, UnsupportedError, VerificationError)
+from .tape import NULL_TAPE, Tape
+from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
+from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
+                  value_and_gradient)
+
+__version__ = "0.1.0"
+
+
+def compile(tape, guards=True):
+    """Lower a finished tape into a flat C program: a CompiledTape."""
+    from .compiled import CompiledTape
+    return CompiledTape(tape, guards=guards)
+
+
+def __getattr__(name):
+    # The compiled side and the function transforms import the C extension;
+    # load them on first use so that `import revtape` stays cheap.
+    if name == "CompiledTape":
+        from .compiled import CompiledTape
+        return CompiledTape
+    if name in ("grad", "value_and_grad"):
+        from . import transforms
+        return getattr(transforms, name)
+    raise AttributeError(f"module 'revtape' has no attribute {name!r}")
+
+
+__all__ = [
+    "Tape", "NULL_TAPE", "TrackedReal", "TrackedArray", "value", "istracked", "tape_of",
+    "GradientTape", "JacobianTape", "HessianTape", "gradient", "value_and_gradient",
+    "jacobian", "hessian", "hvp", "compile", "CompiledTape", "grad", "value_and_grad",
+    "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
+    "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
+    "BuildMismatchError", "BranchChanged", "StaleTape",
+]

@@ -1,0 +1,559 @@
+"""Tape, NULL_TAPE, instruction records and the reference replay (Python/numpy).
+
+A tape is SSA: every node (input, constant or instruction result) has an
+integer id and one value in ``tape._vals``.  An instruction is the tuple
+``(op, out, args, params)`` -- op from the op table, out and args node ids,
+params a dict of static arguments (axis, index arrays, ...).  Guards are
+instructions with ``out == -1``.
+
+The reference replay re-runs those tuples with numpy.  It is the executable
+specification that the compiled C replay is tested against, and (run with
+tracked values instead of arrays) it records a tape's reverse pass onto a new
+tape, which is how HessianTape gets second derivatives.
+"""
+
+import linecache
+import math
+import sys
+
+import numpy as np
+
+from . import ops
+from .errors import (BranchChanged, InputError, OutputError, RevtapeError,
+                     TapeFinishedError, TapeMixError, UnsupportedError)
+
+_GUARD = ops.OPS["guard"]
+_NO_PARAMS = {}  # shared, never mutated
+
+
+def _ttype():
+    from .tracked import wrap
+    return wrap
+
+
+# ---------------------------------------------------------------- value helpers
+
+def as_value(v):
+    """A plain operand as a tape value: Python float for scalars, float64 ndarray else."""
+    if type(v) is float:
+        return v
+    if isinstance(v, (int, float, np.floating, np.integer, bool, np.bool_)):
+        return float(v)
+    arr = np.array(v, dtype=None)
+    if arr.dtype == object:
+        raise UnsupportedError(
+            "an object array (e.g. np.array of tracked values) cannot be recorded; "
+            "build arrays of tracked values with np.stack or np.concatenate")
+    if arr.dtype.kind not in "biuf":
+        raise InputError(f"revtape records float64 math; got dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=False)
+    if arr.ndim == 0:
+        return float(arr)
+    arr.setflags(write=False)
+    return arr
+
+
+def _norm(value):
+    """An op's result as a tape value (np.float64 and 0-d arrays become floats)."""
+    if type(value) is np.ndarray:
+        if value.ndim == 0:
+            return float(value)
+        if value.dtype != np.float64:
+            return value.astype(np.float64)
+        return value
+    return float(value)
+
+
+def evaluate(op, vals, params):
+    """Forward of one instruction on plain values."""
+    sf = op.sfwd
+    if sf is not None and not params and all(type(v) is float for v in vals):
+        try:
+            return sf(*vals)
+        except (ArithmeticError, ValueError):
+            pass
+    return _norm(op.fwd(*vals, **params))
+
+
+def shape_of(v):
+    return () if type(v) is float else np.shape(v)
+
+
+def _caller():
+    """(filename, lineno) of the first frame outside revtape: the user's source line."""
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__", "").startswith("revtape"):
+        f = f.f_back
+    if f is None:
+        return ("<unknown>", 0)
+    return (f.f_code.co_filename, f.f_lineno)
+
+
+def describe_where(where):
+    filename, lineno = where
+    line = linecache.getline(filename, lineno).strip()
+    return f"{filename}:{lineno}" + (f": {line}" if line else "")
+
+
+# ---------------------------------------------------------------- the tape
+
+class Tape:
+    """A recording of one run of a function: inputs, instructions, output.
+
+    ``Tape()`` starts recording; ``track`` registers inputs; ``finish(output)``
+    stops recording.  Replays (``forward``, ``gradient``, ...) re-run the
+    recorded instructions at new inputs without calling the function again.
+    """
+
+    def __init__(self):
+        self._vals = []           # node id -> value (float or float64 ndarray)
+        self._instrs = []         # (op, out, args, params)
+        self._inputs = []         # tracked input objects, in track() order
+        self._output = None
+        self._recording = True
+        self._scalar_consts = {}  # dedup of scalar constants while recording
+        self._n_guards = 0
+        self._active = None       # cache: node ids that depend on an input
+        self._htape = None        # cache: the traced gradient tape for hessian()
+
+    # ------------------------------------------------ recording
+    @property
+    def recording(self):
+        return self._recording
+
+    @property
+    def inputs(self):
+        return list(self._inputs)
+
+    @property
+    def output(self):
+        return self._output
+
+    def _check_recording(self):
+        if not self._recording:
+            raise TapeFinishedError(
+                "this tape has finished recording; record a new tape (rt.Tape() or "
+                "rt.GradientTape(f, x)) or replay this one with tape.forward/gradient(x)")
+
+    def track(self, value):
+        """Register an input: a float becomes a TrackedReal, an array a TrackedArray."""
+        self._check_recording()
+        if getattr(value, "_is_tracked", False):
+            raise InputError("track() takes a plain float or array, not a tracked value; "
+                             "pass rt.value(v) to start a new tape from its value")
+        v = as_value(value)
+        if type(v) is not float:
+            v = np.array(v)           # a private copy: later user writes can't reach the tape
+            v.setflags(write=False)
+        t = self._new_node(v)
+        self._inputs.append(t)
+        self._active = None
+        return t
+
+    def _new_node(self, value):
+        nid = len(self._vals)
+        self._vals.append(value)
+        return _ttype()(self, nid, value)
+
+    def _const(self, v):
+        """Node id of a constant operand (captured by value at record time)."""
+        if getattr(v, "_is_tracked", False):       # a NULL_TAPE constant
+            v = v._const
+        v = as_value(v)
+        if type(v) is float:
+            key = v if v != 0.0 else (0.0, math.copysign(1.0, v))
+            nid = self._scalar_consts.get(key)
+            if nid is None:
+                nid = len(self._vals)
+                self._vals.append(v)
+                self._scalar_consts[key] = nid
+            return nid
+        nid = len(self._vals)
+        self._vals.append(v)
+        return nid
+
+    def _arg_id(self, a):
+        if getattr(a, "_is_tracked", False):
+            if a._id < 0:
+                return self._const(a._const)
+            if a._tape is not self:
+                if a._tape._recording:
+                    raise TapeMixError(
+                        "an operation mixes values of two recording tapes; compute with "
+                        "values of one tape only (use rt.value(v) to bring in a constant)")
+                raise TapeFinishedError(
+                    "a value of a finished tape was used in a new operation; record a new "
+                    "tape, or use rt.value(v) to treat it as a constant")
+            return a._id
+        return self._const(a)
+
+    def _record(self, op, args, params):
+        self._check_recording()
+        ids = tuple(self._arg_id(a) for a in args)
+        vals = self._vals
+        value = evaluate(op, [vals[i] for i in ids], params)
+        nid = len(vals)
+        vals.append(value)
+        self._instrs.append((op, nid, ids, params or _NO_PARAMS))
+        return _ttype()(self, nid, value)
+
+    def _guard(self, pred, a, b, result):
+        """Record that Python branched on `a <pred> b` being `result`."""
+        if not self._recording:
+            return
+        ids = (self._arg_id(a), self._arg_id(b))
+        self._instrs.append((_GUARD, -1, ids, {
+            "pred": pred, "expected": bool(result), "where": _caller(),
+            "index": self._n_guards}))
+        self._n_guards += 1
+
+    def finish(self, output):
+        """Mark the output, stop recording and return the tape."""
+        self._check_recording()
+        if isinstance(output, (list, tuple)):
+            from .tracked import stack
+            output = stack(list(output))
+        if getattr(output, "_is_tracked", False) and output._id >= 0:
+            self._arg_id(output)       # raises for another tape's value
+        else:
+            output = self._new_node(self._vals[self._const(output)])
+        self._output = output
+        self._recording = False
+        self._scalar_consts = {}
+        return self
+
+    # ------------------------------------------------ inspection
+    def __len__(self):
+        return len(self._instrs)
+
+    def listing(self, limit=None):
+        names = {t._id: f"%{t._id}" for t in self._inputs}
+        lines = []
+        for k, (op, out, args, params) in enumerate(self._instrs):
+            if limit is not None and k >= limit:
+                lines.append(f"  ... {len(self._instrs) - limit} more")
+                break
+            a = ", ".join(f"%{i}" for i in args)
+            extra = ""
+            if op is _GUARD:
+                sym = ops.GUARD_PREDICATES[params["pred"]][0]
+                lines.append(f"  guard %{args[0]} {sym} %{args[1]} is {params['expected']}"
+                             f"  # {describe_where(params['where'])}")
+                continue
+            shown = {k2: v for k2, v in params.items() if k2 not in ("idx",)}
+            if shown:
+                extra = ", " + ", ".join(f"{k2}={v}" for k2, v in shown.items())
+            shape = shape_of(self._vals[out])
+            lines.append(f"  %{out} = {op.name}({a}{extra})" + (f"  # {shape}" if shape else ""))
+        del names
+        return lines
+
+    def __repr__(self):
+        state = "recording" if self._recording else "finished"
+        head = (f"<{type(self).__name__} {state}: {len(self._instrs)} instructions, "
+                f"inputs {[f'%{t._id}' for t in self._inputs]}"
+                + (f", output %{self._output._id}" if self._output is not None else "") + ">")
+        return "\n".join([head] + self.listing(limit=50))
+
+    # ------------------------------------------------ replay plumbing
+    def _check_finished(self):
+        if self._recording:
+            raise RevtapeError("this tape is still recording; call tape.finish(output) first")
+
+    def _set_inputs(self, x):
+        """Validate a replay input against the recorded inputs and store it."""
+        n = len(self._inputs)
+        if n == 1:
+            xs = (x,)
+        else:
+            if not isinstance(x, (tuple, list)) or len(x) != n:
+                raise InputError(f"this tape has {n} inputs: pass a tuple of {n} values")
+            xs = tuple(x)
+        new = []
+        for t, xi in zip(self._inputs, xs):
+            rec = self._vals[t._id]
+            new.append(check_input(xi, shape_of(rec), float_input=type(rec) is float))
+        for t, v in zip(self._inputs, new):
+            self._vals[t._id] = v
+
+    def _run_forward(self):
+        vals = self._vals
+        for op, out, args, params in self._instrs:
+            if op is _GUARD:
+                _check_guard(params, vals[args[0]], vals[args[1]])
+                continue
+            vals[out] = evaluate(op, [vals[a] for a in args], params)
+
+    def _active_ids(self):
+        if self._active is None:
+            active = {t._id for t in self._inputs}
+            for op, out, args, params in self._instrs:
+                if op.diff and any(a in active for a in args):
+                    active.add(out)
+            self._active = active
+        return self._active
+
+    def _reverse(self, seed):
+        adj = backprop(self._instrs, self._vals, self._output._id, seed, self._active_ids())
+        return [adj.get(t._id) for t in self._inputs]
+
+    def _grads_out(self, grads, out):
+        """Input-shaped gradients, written into out= when given."""
+        res = []
+        for t, g in zip(self._inputs, grads):
+            rec = self._vals[t._id]
+            if g is None:
+                g = 0.0 if type(rec) is float else np.zeros(np.shape(rec))
+            if type(rec) is float:
+                res.append(float(g))
+            else:
+                res.append(np.array(np.broadcast_to(g, np.shape(rec)), dtype=np.float64))
+        if out is not None:
+            write_out(out, res, [self._vals[t._id] for t in self._inputs])
+            return out
+        return res[0] if len(res) == 1 else tuple(res)
+
+    def _scalar_output(self):
+        if self._output is None:
+            raise OutputError("the tape has no output; call tape.finish(output)")
+        if type(self._vals[self._output._id]) is not float:
+            raise OutputError(
+                f"a gradient needs a scalar output, but this tape's output has shape "
+                f"{shape_of(self._vals[self._output._id])}; use jacobian() instead")
+
+    # ------------------------------------------------ reference replay
+    def _replay(self, x):
+        self._check_finished()
+        self._set_inputs(x)
+        self._run_forward()
+        out = self._vals[self._output._id]
+        return out if type(out) is float else np.array(out)
+
+    def forward(self, x):
+        """Replay at x; returns the output value."""
+        return self._replay(x)
+
+    def value_and_gradient(self, x, out=None):
+        """Replay at x; returns (value, gradient shaped like x)."""
+        self._check_finished()
+        self._scalar_output()
+        if out is not None:
+            check_out(out, [self._vals[t._id] for t in self._inputs])
+        value = self._replay(x)
+        return value, self._grads_out(self._reverse(1.0), out)
+
+    def gradient(self, x, out=None):
+        """Replay at x; returns the gradient of the scalar output, shaped like x."""
+        return self.value_and_gradient(x, out)[1]
+
+    def jacobian(self, x, out=None):
+        """Replay at x; returns d output / d input with shape output.shape + input.shape."""
+        self._check_finished()
+        if out is not None:
+            check_out(out, self._jacobian_templates())
+        y = self._replay(x)
+        yshape = shape_of(y)
+        rows = []
+        for k in range(int(np.prod(yshape, dtype=np.int64))):
+            seed = np.zeros(int(np.prod(yshape, dtype=np.int64)))
+            seed[k] = 1.0
+            seed = float(seed[0]) if yshape == () else seed.reshape(yshape)
+            rows.append(self._grads_out(self._reverse(seed), None))
+        res = []
+        for i, t in enumerate(self._inputs):
+            xshape = shape_of(self._vals[t._id])
+            parts = [r if len(self._inputs) == 1 else r[i] for r in rows]
+            res.append(np.array(parts, dtype=np.float64).reshape(tuple(yshape) + tuple(xshape)))
+        if out is not None:
+            write_out(out, res, self._jacobian_templates())
+            return out
+        return res[0] if len(res) == 1 else tuple(res)
+
+    def _jacobian_templates(self):
+        yshape = shape_of(self._vals[self._output._id])
+        return [np.empty(tuple(yshape) + shape_of(self._vals[t._id])) for t in self._inputs]
+
+    def hessian(self, x, out=None):
+        """Replay at x; returns the Hessian of the scalar output (input.shape * 2)."""
+        self._check_finished()
+        self._scalar_output()
+        if len(self._inputs) != 1:
+            raise UnsupportedError("hessian() supports tapes with one input")
+        return self._gradient_tape().jacobian(x, out)
+
+    def hvp(self, x, v):
+        """Hessian-vector product at x: one reverse sweep of the gradient tape seeded with v."""
+        self._check_finished()
+        self._scalar_output()
+        return self._gradient_tape().vjp(x, v)
+
+    def vjp(self, x, w):
+        """w^T J at x for an array output (a reverse sweep seeded with w)."""
+        self._check_finished()
+        y = self._replay(x)
+        seed = check_input(w, shape_of(y), float_input=type(y) is float)
+        return self._grads_out(self._reverse(seed), None)
+
+    def _gradient_tape(self):
+        if self._htape is None:
+            self._htape = trace_gradient(self)
+        return self._htape
+
+    # ------------------------------------------------ copy and pickle
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_active"] = None
+        state["_htape"] = None
+        state.pop("_func", None)   # the user's function is not needed to replay
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+
+class _NullTape(Tape):
+    """The tape of untracked values.  There is one; copies and pickles keep it."""
+
+    def __init__(self):
+        super().__init__()
+        self._recording = False
+
+    def track(self, value):
+        from .tracked import constant
+        return constant(value)
+
+    def __repr__(self):
+        return "NULL_TAPE"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        return "NULL_TAPE"
+
+
+NULL_TAPE = _NullTape()
+
+
+# ---------------------------------------------------------------- guards
+
+def _check_guard(params, x, y):
+    seen = bool(ops.GUARD_PREDICATES[params["pred"]][1](x, y))
+    if seen != params["expected"]:
+        raise branch_changed(params, x, y)
+
+
+def branch_changed(params, x, y):
+    sym = ops.GUARD_PREDICATES[params["pred"]][0]
+    return BranchChanged(
+        f"the replay took another branch than the recording: `{x!r} {sym} {y!r}` is now "
+        f"{not params['expected']} (it was {params['expected']} when recorded) at "
+        f"{describe_where(params['where'])}. Record a new tape at this input, use rt.grad(f) "
+        f"(it re-records), or write the branch with np.where (compile(tape, guards=False) "
+        f"replays the recorded branch)", guard=params["index"], where=params["where"],
+        operands=(x, y))
+
+
+# ---------------------------------------------------------------- reverse pass
+
+def vjp_of(op, i, g, ans, argvals, params):
+    """The contribution of instruction op's output adjoint g to argument i."""
+    if op.partials:
+        d = op.partials[i](ans, *argvals)
+        if type(d) is float:
+            if d == 1.0:
+                return g
+            if d == -1.0:
+                return ops.P.neg(g)
+        return ops.P.azmul(g, d)
+    return op.vjp(i, g, ans, *argvals, **params)
+
+
+def backprop(instrs, vals, out_id, seed, active):
+    """Reverse sweep over instrs; returns {node id: adjoint} for active nodes.
+
+    Works on plain values (reference replay) and on tracked values (recording
+    the reverse pass onto another tape).  Unbroadcasting happens here, once
+    for every op.
+    """
+    adj = {out_id: seed}
+    add = ops.P.add
+    for op, out, args, params in reversed(instrs):
+        if out < 0 or not op.diff:
+            continue
+        g = adj.pop(out, None)
+        if g is None:
+            continue
+        argvals = [vals[a] for a in args]
+        ans = vals[out]
+        for i, a in enumerate(args):
+            if a not in active:
+                continue
+            gi = ops.unbroadcast(vjp_of(op, i, g, ans, argvals, params), shape_of(argvals[i]))
+            prev = adj.get(a)
+            adj[a] = gi if prev is None else add(prev, gi)
+    return adj
+
+
+def trace_gradient(tape):
+    """Record tape's forward and reverse passes onto a new tape: a tape of the gradient.
+
+    Its output is the gradient (an array for an array input); replaying it
+    gives gradients, and its Jacobian is the Hessian.  The original's guards
+    are recorded again, so the gradient tape refuses the same branch changes.
+    """
+    from .api import HessianTape
+    return HessianTape._from_tape(tape)
+
+
+# ---------------------------------------------------------------- input and out= checks
+
+def check_input(x, shape, float_input=False):
+    """x as a float64 value of the recorded shape, or an InputError that says why."""
+    if getattr(x, "_is_tracked", False):
+        raise InputError("replay inputs are plain floats or arrays, not tracked values")
+    try:
+        arr = np.asarray(x)
+    except Exception as e:  # e.g. ragged lists
+        raise InputError(f"replay input could not be read as an array: {e}") from None
+    if arr.dtype.kind not in "biuf":
+        raise InputError(f"replay input must be real numbers, got dtype {arr.dtype}")
+    if tuple(arr.shape) != tuple(shape):
+        raise InputError(f"replay input has shape {arr.shape}, but the tape was recorded "
+                         f"with shape {tuple(shape)}; record a new tape for this shape")
+    if float_input or arr.ndim == 0:
+        return float(arr)
+    out = np.array(arr, dtype=np.float64)
+    out.setflags(write=False)
+    return out
+
+
+def check_out(out, templates):
+    """Validate an out= argument (an array, or a tuple for several inputs)."""
+    if len(templates) == 1:
+        outs = (out,)
+    else:
+        if not isinstance(out, (tuple, list)) or len(out) != len(templates):
+            raise InputError(f"out= must be a tuple of {len(templates)} arrays, one per input")
+        outs = tuple(out)
+    for o, t in zip(outs, templates):
+        shape = shape_of(t)
+        if not isinstance(o, np.ndarray):
+            raise InputError("out= must be a float64 numpy array "
+                             f"of shape {tuple(shape)}" + (" (scalar inputs have no out=)"
+                                                           if shape == () else ""))
+        if o.dtype != np.float64 or o.shape != tuple(shape):
+            raise InputError(f"out= must be a float64 array of shape {tuple(shape)}, "
+                             f"got {o.dtype} {o.shape}")
+        if not o.flags.writeable:
+            raise InputError("out= must be writeable")
+    return outs
+
+
+def write_out(out, results, templates):
+    outs = check_out(out, templates)
+    for o, r in zip(outs, results):
+        o[...] = r
