@@ -8,6 +8,7 @@ tuple shaped like x.
 """
 
 import inspect
+import sys
 
 from . import ops
 from .errors import UnsupportedError
@@ -139,8 +140,13 @@ class HessianTape(Tape):
 
 
 def _tape_like(obj):
-    from .compiled import CompiledTape
-    return isinstance(obj, (Tape, CompiledTape))
+    if isinstance(obj, Tape):
+        return True
+    # FIX: do not import .compiled here -- it needs the C extension, and
+    # rt.gradient(f, x) with a plain function must work without it.  A
+    # CompiledTape can only exist once revtape.compiled has been imported.
+    compiled = sys.modules.get("revtape.compiled")
+    return compiled is not None and isinstance(obj, compiled.CompiledTape)
 
 
 def gradient(f, x, out=None):
