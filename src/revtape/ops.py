@@ -69,6 +69,8 @@ def op_named(name):
 
 
 OPS = {}
+# Bumped whenever a rule changes after import; cached tapes guard on it.
+EPOCH = [0]
 
 
 def _def(name, family, fwd, **kw):

@@ -1,0 +1,358 @@
+"""CompiledTape: owns one verified C program and its arenas.
+
+Everything the VM touches is owned here: the instruction words, the int side
+table and the two float64 arenas are numpy arrays, and the rt_program struct
+that points into them is a cffi-owned allocation freed with this object.  No
+C code allocates, so dropping a CompiledTape frees everything.
+
+Copies never share those buffers: ``copy.deepcopy`` deep-copies the tape and
+compiles the copy afresh, and a pickle carries the program as plain data,
+rebuilt and verified on load.  One CompiledTape serves one thread at a time;
+the VM refuses a second concurrent replay of the same program (RT_BUSY) and
+this raises ConcurrentUseError instead of racing.
+"""
+
+import copy as _copy
+
+import numpy as np
+
+from . import compiler
+from .errors import (BuildMismatchError, ConcurrentUseError, InputError, OutputError,
+                     RevtapeError, UnsupportedError, VerificationError)
+from .tape import branch_changed, check_input, check_out
+
+try:
+    from ._vm import ffi, lib
+except ImportError as e:  # pragma: no cover - only without a built extension
+    raise ImportError("revtape's C extension is not built; reinstall with "
+                      "`pip install -e .` (it needs a C compiler)") from e
+
+from . import ops
+
+if ffi.string(lib.rt_op_table_hash()).decode() != ops.OP_TABLE_HASH:  # pragma: no cover
+    raise BuildMismatchError("the built C extension comes from another op table; rebuild it "
+                             "with `pip install -e .`")
+
+RT_OK, RT_GUARD_FAILED, RT_BUSY, RT_UNVERIFIED, RT_BADARG = 0, 1, 2, 3, 4
+_F64 = np.dtype(np.float64)
+
+
+class CompiledTape:
+    """A tape lowered to the C VM.  Same replay methods as Tape, run in C."""
+
+    def __init__(self, tape, guards=True, n_grad=None, _program=None):
+        self._tape = tape
+        self._guards = guards
+        self._n_grad_inputs = n_grad
+        self._kind = _kind_of(tape)
+        self._program = _program or compiler.compile_tape(tape, guards, n_grad)
+        self._load()
+
+    # ------------------------------------------------ building
+    def _load(self):
+        prog = self._program
+        if prog.format_version != compiler.FORMAT_VERSION or prog.op_table_hash != ops.OP_TABLE_HASH:
+            raise BuildMismatchError(
+                f"this program was built for format {prog.format_version} / op table "
+                f"{prog.op_table_hash}, but this revtape has format {compiler.FORMAT_VERSION} / "
+                f"{ops.OP_TABLE_HASH}; recompile it from its tape")
+        self._code = np.array(prog.code, dtype=np.int32, order="C")
+        self._code.setflags(write=False)
+        self._ints = np.array(prog.ints, dtype=np.int32, order="C")
+        self._vals = np.zeros(max(prog.n_vals, 1))
+        self._vals[prog.n_in:prog.n_fixed] = prog.consts
+        self._adj = np.zeros(max(prog.n_vals, 1))
+        p = ffi.new("rt_program *")
+        self._keep = [ffi.from_buffer("int32_t[]", self._code),
+                      ffi.from_buffer("int32_t[]", self._ints),
+                      ffi.from_buffer("double[]", self._vals),
+                      ffi.from_buffer("double[]", self._adj)]
+        p.code, p.ints, p.vals, p.adj = self._keep
+        p.n_instr = self._code.shape[0]
+        p.n_ints = self._ints.size
+        p.n_vals = prog.n_vals
+        p.n_in, p.n_grad, p.n_fixed = prog.n_in, prog.n_grad, prog.n_fixed
+        p.out_off, p.out_len = prog.out_off, prog.out_len
+        msg = ffi.new("char[]", 512)
+        if lib.rt_verify(p, msg, 512) != RT_OK:
+            raise VerificationError("the C verifier refused this program (it was not run): "
+                                    + ffi.string(msg).decode(errors="replace"))
+        self._p = p
+        self._in_shapes = [shape for _, shape, _ in prog.inputs]
+        self._in_float = [isf for _, _, isf in prog.inputs]
+        self._single = len(prog.inputs) == 1
+        self._x_shape = self._in_shapes[0] if self._single else None
+        self._grad_shapes = _grad_shapes(prog, self._n_grad_inputs)
+        self._g_len = prog.n_grad
+
+    # ------------------------------------------------ inspection
+    @property
+    def code(self):
+        """A read-only view of this tape's own instruction words (n_instr x 6, int32)."""
+        v = self._code.view()
+        v.setflags(write=False)
+        return v
+
+    @property
+    def tape(self):
+        return self._tape
+
+    @property
+    def program(self):
+        return self._program
+
+    def __len__(self):
+        return self._code.shape[0]
+
+    def disassemble(self):
+        """The program as text, one instruction a line: @out[n] = OP(@a, @b, @c)."""
+        prog = self._program
+        lines = [f"; {len(self)} instructions, arena {prog.n_vals} values "
+                 f"(inputs [0,{prog.n_in}), constants [{prog.n_in},{prog.n_fixed})), "
+                 f"output @{prog.out_off}[{prog.out_len}]"]
+        for k, (op, n, out, a, b, c) in enumerate(self._code.tolist()):
+            name = ops.VM_OPCODES[op & 0xFFFF]
+            flags = op >> compiler.FLAGS_SHIFT
+            if name.startswith("GUARD_"):
+                params = prog.guards[out][0]
+                lines.append(f"{k:5d}  {name} @{a}, @{b} expect {bool(n)}   ; "
+                             f"{params['where'][0]}:{params['where'][1]}")
+                continue
+            operands = {"GATHER": f"@{a}[ints {c}..]", "SCATTER": f"@{a}[{n}] -> ints {c}..",
+                        "SCATTER_ADD": f"@{a}[{n}] -> ints {c}..",
+                        "MATMUL": f"@{a}, @{b}  {self._ints[c:c + 3].tolist()}"}.get(
+                name, ", ".join(f"@{v}" for v in (a, b, c)[:_arity(name)]))
+            if name.startswith("REDUCE_"):
+                operands = f"@{a}, segment {b}"
+            adj = f"  adj {flags:03b}" if flags else ""
+            lines.append(f"{k:5d}  @{out}[{n}] = {name}({operands}){adj}")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"<CompiledTape {len(self)} instructions, {self._program.n_vals} arena values, "
+                f"guards {'on' if self._guards else 'off'}>")
+
+    # ------------------------------------------------ input plumbing
+    def _x_ptr(self, x):
+        """A C pointer to x (or NULL after writing a tuple's parts into the arena)."""
+        if self._single:
+            if (type(x) is not np.ndarray or x.dtype != _F64 or x.shape != self._x_shape
+                    or not x.flags.c_contiguous):
+                x = check_input(x, self._x_shape)
+                if self._in_float[0]:
+                    x = np.array([x])
+                else:
+                    x = np.ascontiguousarray(x)
+            return ffi.from_buffer("double[]", x)
+        if not isinstance(x, (tuple, list)) or len(x) != len(self._in_shapes):
+            raise InputError(f"this tape has {len(self._in_shapes)} inputs: pass a tuple of "
+                             f"{len(self._in_shapes)} values")
+        parts = [check_input(xi, s, isf) for xi, s, isf in zip(x, self._in_shapes, self._in_float)]
+        for (off, shape, _), v in zip(self._program.inputs, parts):
+            self._vals[off:off + int(np.prod(shape, dtype=np.int64))] = np.ravel(v)
+        return ffi.NULL
+
+    def _status(self, status):
+        if status == RT_OK:
+            return
+        if status == RT_GUARD_FAILED:
+            params, oa, ob = self._program.guards[self._p.failed_guard]
+            raise branch_changed(params, float(self._vals[oa]), float(self._vals[ob]))
+        if status == RT_BUSY:
+            raise ConcurrentUseError(
+                "this CompiledTape is being replayed by another thread; give each thread its "
+                "own copy (copy.deepcopy(ctape)) -- one CompiledTape serves one thread at a time")
+        if status == RT_BADARG:
+            raise OutputError("a gradient needs a scalar output; use jacobian()")
+        raise RevtapeError(f"the VM refused the call (status {status})")
+
+    def _output_value(self):
+        prog = self._program
+        if prog.out_shape == ():
+            return float(self._vals[prog.out_off])
+        return self._vals[prog.out_off:prog.out_off + prog.out_len].reshape(prog.out_shape).copy()
+
+    def _grad_out(self, out):
+        """A writable float64 buffer for the gradient: out itself (checked) or a new array."""
+        if out is None:
+            return np.empty(self._g_len), None
+        if self._single and type(out) is np.ndarray:
+            if (out.dtype != _F64 or out.shape != self._grad_shapes[0] or not out.flags.writeable
+                    or not out.flags.c_contiguous):
+                check_out(out, [np.empty(self._grad_shapes[0])])
+                raise InputError("out= must be C-contiguous")
+            return out, out
+        check_out(out, [np.empty(s) for s in self._grad_shapes])
+        return np.empty(self._g_len), out
+
+    def _split_grad(self, flat, user_out):
+        if user_out is not None and flat is user_out:
+            return user_out
+        parts, k = [], 0
+        for shape in self._grad_shapes:
+            size = int(np.prod(shape, dtype=np.int64))
+            parts.append(flat[k:k + size].reshape(shape))
+            k += size
+        if user_out is not None:
+            outs = (user_out,) if len(parts) == 1 else user_out
+            for o, p in zip(outs, parts):
+                o[...] = p
+            return user_out
+        res = [float(p) if s == () and isf else p for p, s, isf in
+               zip(parts, self._grad_shapes, self._in_float)]
+        return res[0] if len(res) == 1 else tuple(res)
+
+    # ------------------------------------------------ replay
+    def forward(self, x):
+        """Replay the forward pass at x; returns the output (f's value for a HessianTape)."""
+        self._status(lib.rt_forward(self._p, self._x_ptr(x), ffi.NULL))
+        if self._kind == "hessian":
+            return float(self._vals[self._program.value_off])
+        return self._output_value()
+
+    __call__ = forward
+
+    def value_and_gradient(self, x, out=None):
+        """(value, gradient) at x; with out= the gradient is written there (no allocation)."""
+        if self._kind == "hessian":
+            return self._hessian_value_and_gradient(x, out)
+        g, user = self._grad_out(out)
+        v = lib.rt_value_and_grad(self._p, self._x_ptr(x), ffi.from_buffer("double[]", g))
+        if self._p.status:
+            self._status(self._p.status)
+        return v, self._split_grad(g, user)
+
+    def gradient(self, x, out=None):
+        return self.value_and_gradient(x, out)[1]
+
+    def bind(self, x_buf, g_buf):
+        """A no-argument callable for sampler loops: replays at whatever x_buf holds,
+        writes the gradient into g_buf and returns the value.  Both buffers are
+        checked once, here."""
+        if self._kind == "hessian" or self._program.out_shape != ():
+            raise OutputError("bind() needs a gradient tape (scalar output)")
+        if not self._single or self._in_float[0]:
+            raise InputError("bind() needs a tape with one array input")
+        for name, buf in (("x_buf", x_buf), ("g_buf", g_buf)):
+            if (type(buf) is not np.ndarray or buf.dtype != _F64 or buf.shape != self._x_shape
+                    or not buf.flags.c_contiguous):
+                raise InputError(f"{name} must be a C-contiguous float64 array of shape "
+                                 f"{self._x_shape}")
+        if not g_buf.flags.writeable:
+            raise InputError("g_buf must be writeable")
+        if np.shares_memory(x_buf, g_buf):
+            raise InputError("x_buf and g_buf must not overlap")
+        p, vg, status = self._p, lib.rt_value_and_grad, self._status
+        xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
+
+        def run():
+            v = vg(p, xp, gp)
+            if p.status:
+                status(p.status)
+            return v
+
+        run.ctape = self          # keeps the program (and the buffers, via xp/gp) alive
+        return run
+
+    def jacobian(self, x, out=None):
+        """d output / d input at x (output.shape + input.shape): one reverse sweep per
+        output element, all in C."""
+        prog = self._program
+        if self._kind == "hessian":
+            raise OutputError("use hessian() on a HessianTape")
+        return self._jacobian(x, out, prog.out_shape)
+
+    def _jacobian(self, x, out, yshape):
+        prog = self._program
+        m, n = prog.out_len, prog.n_grad
+        J = np.empty((m, n))
+        self._status(lib.rt_jacobian(self._p, self._x_ptr(x), ffi.NULL,
+                                     ffi.from_buffer("double[]", J)))
+        parts, k = [], 0
+        for shape in self._grad_shapes:
+            size = int(np.prod(shape, dtype=np.int64))
+            parts.append(J[:, k:k + size].reshape(tuple(yshape) + tuple(shape)))
+            k += size
+        if out is not None:
+            outs = check_out(out, parts)
+            for o, p_ in zip(outs, parts):
+                o[...] = p_
+            return out
+        parts = [np.ascontiguousarray(p_) for p_ in parts]
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    def vjp(self, x, w):
+        """w^T J at x: one reverse sweep seeded with w."""
+        prog = self._program
+        wv = np.ascontiguousarray(check_input(w, prog.out_shape), dtype=np.float64).reshape(-1)
+        g = np.empty(self._g_len)
+        self._status(lib.rt_vjp(self._p, self._x_ptr(x), ffi.from_buffer("double[]", wv),
+                                ffi.NULL, ffi.from_buffer("double[]", g)))
+        return self._split_grad(g, None)
+
+    # ------------------------------------------------ HessianTape programs
+    def _hessian_value_and_gradient(self, x, out):
+        self._status(lib.rt_forward(self._p, self._x_ptr(x), ffi.NULL))
+        g = self._output_value()
+        if out is not None:
+            check_out(out, [np.empty(self._grad_shapes[0])])
+            out[...] = g
+            g = out
+        return float(self._vals[self._program.value_off]), g
+
+    def hessian(self, x, out=None):
+        """The Hessian at x (input.shape * 2) of a compiled HessianTape."""
+        self._need_hessian()
+        return self._jacobian(x, out, self._grad_shapes[0])
+
+    def hvp(self, x, v):
+        """H(x) v: one forward and one reverse sweep of the gradient program."""
+        self._need_hessian()
+        return self.vjp(x, v)
+
+    def _need_hessian(self):
+        if self._kind != "hessian":
+            raise OutputError("hessian() and hvp() need a compiled HessianTape: "
+                              "rt.compile(rt.HessianTape(f, x))")
+
+    # ------------------------------------------------ copy and pickle
+    def __copy__(self):
+        return self.__deepcopy__({})
+
+    def __deepcopy__(self, memo):
+        # Recompile from a deep copy of the tape: new words, new arenas, nothing
+        # pointing at this object's buffers.
+        tape = _copy.deepcopy(self._tape, memo)
+        new = CompiledTape(tape, guards=self._guards, n_grad=self._n_grad_inputs)
+        memo[id(self)] = new
+        return new
+
+    def __reduce__(self):
+        return (_rebuild, (self._program.to_state(), self._tape, self._guards,
+                           self._n_grad_inputs))
+
+
+def _rebuild(state, tape, guards, n_grad):
+    prog = compiler.Program.from_state(state)
+    return CompiledTape(tape, guards=guards, n_grad=n_grad, _program=prog)
+
+
+def _kind_of(tape):
+    from .api import HessianTape
+    return "hessian" if isinstance(tape, HessianTape) else "tape"
+
+
+def _grad_shapes(prog, n_grad_inputs):
+    n = len(prog.inputs) if n_grad_inputs is None else n_grad_inputs
+    return [shape for _, shape, _ in prog.inputs[:n]]
+
+
+def _arity(name):
+    if name.startswith("WHERE") or name == "CLIP":
+        return 3
+    if name.endswith(("_VV", "_VS", "_SV")):
+        return 2
+    return 1
+
+
+__all__ = ["CompiledTape", "UnsupportedError"]

@@ -1,0 +1,311 @@
+"""Tape -> Program: the flat instruction buffer the C VM replays.
+
+The program is plain data (numpy arrays and ints), so it pickles and can be
+rebuilt anywhere the same op table is built.  Lowering does the cheap things
+a tape needs:
+
+* dead code elimination -- only work that reaches the output (or a guard);
+* constant folding -- every node that does not depend on an input is a
+  constant with its recorded value, so constant subgraphs cost nothing;
+* adjoint flags -- reverse work only for operands that lead back to a
+  differentiated input (constant subgraphs get flags 0 and are skipped);
+* aliasing -- reshape, scalar indexing and contiguous slices are offsets
+  into the same arena, not instructions;
+* operand-kind opcodes -- array-array, array-scalar and scalar-array
+  variants, and explicit gathers for general broadcasting, so that the VM
+  never inspects an operand at run time.
+
+Arena layout: [inputs | constants | intermediates], see csrc/vm.h.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import ops
+from .errors import UnsupportedError
+
+FORMAT_VERSION = 1
+WORDS = 6
+FLAGS_SHIFT = 16
+OPC = ops.OPCODE
+_GUARD = ops.OPS["guard"]
+
+
+@dataclass
+class Program:
+    """A compiled tape as plain data."""
+    code: np.ndarray            # int32 (n_instr, 6)
+    ints: np.ndarray            # int32 side table (index maps, matmul shapes)
+    consts: np.ndarray          # float64 values of vals[n_in:n_fixed]
+    n_in: int
+    n_grad: int
+    n_fixed: int
+    n_vals: int
+    out_off: int
+    out_shape: tuple
+    inputs: list                # [(offset, shape, is_float)] in tape order
+    guards: list                # guard number -> (params, offset a, offset b)
+    value_off: int = -1         # HessianTape: where f's value lives
+    format_version: int = FORMAT_VERSION
+    op_table_hash: str = ops.OP_TABLE_HASH
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def out_len(self):
+        return int(np.prod(self.out_shape, dtype=np.int64))
+
+    def to_state(self):
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_state(cls, state):
+        return cls(**state)
+
+
+def _size(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+class _Lowering:
+    def __init__(self, tape, guards, n_grad):
+        self.tape = tape
+        self.vals = tape._vals
+        self.guards_on = guards
+        self.n_grad = len(tape._inputs) if n_grad is None else n_grad
+        self.words = []
+        self.ints = []
+        self.const_vals = []
+        self.scalar_consts = {}
+        self.offset = {}        # node id -> arena offset (consts are offset into the const list first)
+        self.adj = set()        # node ids that carry an adjoint
+        self.guard_list = []
+
+    # ------------------------------------------------ analysis
+    def analyse(self):
+        tape = self.tape
+        inputs = [t._id for t in tape._inputs]
+        dep = set(inputs)                          # depends on an input: recomputed per replay
+        adj = set(inputs[:self.n_grad])            # leads back to a differentiated input
+        for op, out, args, params in tape._instrs:
+            if out >= 0 and any(a in dep for a in args):
+                dep.add(out)
+                if op.diff and any(a in adj for a in args):
+                    adj.add(out)
+        roots = {tape._output._id}
+        if getattr(tape, "_value_id", None) is not None:
+            roots.add(tape._value_id)
+        live = set(roots)
+        kept = []
+        for instr in reversed(tape._instrs):
+            op, out, args, params = instr
+            if op is _GUARD:
+                if not self.guards_on or not any(a in dep for a in args):
+                    continue                        # a guard on constants never changes
+                kept.append(instr)
+                live.update(args)
+            elif out in live and out in dep:
+                kept.append(instr)
+                live.update(args)
+        kept.reverse()
+        self.dep, self.adj, self.kept, self.inputs = dep, adj, kept, inputs
+
+    # ------------------------------------------------ layout
+    def layout(self):
+        off = 0
+        self.input_layout = []
+        for t in self.tape._inputs:
+            v = self.vals[t._id]
+            self.offset[t._id] = off
+            self.input_layout.append((off, tuple(np.shape(v)), type(v) is float))
+            off += _size(np.shape(v))
+        self.n_in = off
+        self.n_grad_vals = sum(_size(s) for _, s, _ in self.input_layout[:self.n_grad])
+        # constants: every non-input operand that does not depend on an input
+        # (recorded values: constant folding), placed before intermediates.
+        self.const_base = off
+        for op, out, args, params in self.kept:
+            for a in args:
+                if a not in self.dep and a not in self.offset:
+                    self.offset[a] = self._const(self.vals[a])
+        for r in (self.tape._output._id, getattr(self.tape, "_value_id", None)):
+            if r is not None and r not in self.dep and r not in self.offset:
+                self.offset[r] = self._const(self.vals[r])
+        self.n_fixed = self.const_base + len(self.const_vals)
+        self.next_free = self.n_fixed
+
+    def _const(self, v):
+        if type(v) is float:
+            key = (v, np.signbit(v)) if v == v else None
+            if key is not None and key in self.scalar_consts:
+                return self.scalar_consts[key]
+            off = self.const_base + len(self.const_vals)
+            self.const_vals.append(v)
+            if key is not None:
+                self.scalar_consts[key] = off
+            return off
+        off = self.const_base + len(self.const_vals)
+        self.const_vals.extend(np.asarray(v, dtype=np.float64).ravel().tolist())
+        return off
+
+    def _alloc(self, n):
+        off = self.next_free
+        self.next_free += n
+        return off
+
+    # ------------------------------------------------ emission
+    def emit(self, opname, n, out, a=0, b=0, c=0, flags=0):
+        self.words.append((OPC[opname] | (flags << FLAGS_SHIFT), n, out, a, b, c))
+
+    def _ints(self, arr):
+        start = len(self.ints)
+        self.ints.extend(np.asarray(arr, dtype=np.int64).ravel().tolist())
+        return start
+
+    def gather(self, src_off, src_size, idx, needs_adj):
+        idx = np.asarray(idx).ravel()
+        if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
+            return src_off + int(idx[0])           # a contiguous run: an alias
+        out = self._alloc(idx.size)
+        self.emit("GATHER", idx.size, out, src_off, src_size, self._ints(idx),
+                  flags=1 if needs_adj else 0)
+        return out
+
+    def broadcast(self, node, shape):
+        """Offset of node's value materialised at `shape` (a gather if it must be)."""
+        s = np.shape(self.vals[node])
+        if tuple(s) == tuple(shape):
+            return self.offset[node]
+        src = np.arange(_size(s)).reshape(s)
+        idx = np.broadcast_to(src, shape)
+        return self.gather(self.offset[node], _size(s), idx, node in self.adj)
+
+    def lower(self):
+        for instr in self.kept:
+            op, out, args, params = instr
+            fam = op.family
+            if op is _GUARD:
+                self._lower_guard(args, params)
+                continue
+            oshape = np.shape(self.vals[out])
+            n = _size(oshape)
+            flag = [(a in self.adj) and op.diff for a in args]
+            if fam == ops.STRUCT and op.name in ("reshape", "item"):
+                base = self.offset[args[0]]
+                self.offset[out] = base + (params["i"] if op.name == "item" else 0)
+                continue
+            if fam == ops.STRUCT and op.name == "take":
+                a = args[0]
+                self.offset[out] = self.gather(self.offset[a], _size(np.shape(self.vals[a])),
+                                               params["idx"], flag[0])
+                continue
+            o = self._alloc(n)
+            self.offset[out] = o
+            if fam in (ops.UNARY, ops.UNARY_ND):
+                self.emit(op.name.upper(), n, o, self.offset[args[0]], flags=flag[0])
+            elif fam in (ops.BINARY, ops.BINARY_ND):
+                self._lower_binary(op.name.upper(), n, o, oshape, args, flag)
+            elif fam == ops.WHERE:
+                self._lower_where(n, o, oshape, args, flag)
+            elif fam == ops.CLIP:
+                self.emit("CLIP", n, o, self.offset[args[0]], self.offset[args[1]],
+                          self.offset[args[2]], flags=flag[0])
+            elif fam == ops.REDUCE:
+                self._lower_reduce(op, o, n, args[0], params, flag[0])
+            elif fam == ops.MATMUL:
+                self._lower_matmul(o, args, flag)
+            elif op.name == "scatter_add":
+                g = args[0]
+                idx = np.asarray(params["idx"]).ravel()
+                self.emit("SCATTER_ADD", idx.size, o, self.broadcast(g, np.shape(params["idx"])),
+                          n, self._ints(idx), flags=flag[0])
+            elif op.name == "concat":
+                pieces = ops.concat_pieces([np.shape(self.vals[a]) for a in args], params["axis"])
+                for a, pos, f in zip(args, pieces, flag):
+                    self.emit("SCATTER", pos.size, o, self.offset[a], n, self._ints(pos), flags=f)
+            else:  # pragma: no cover - every family is handled above
+                raise UnsupportedError(f"the compiler cannot lower {op.name}")
+
+    def _lower_binary(self, name, n, o, oshape, args, flag):
+        a, b = args
+        sa, sb = _size(np.shape(self.vals[a])), _size(np.shape(self.vals[b]))
+        if sa == n and sb == n:
+            oa, ob = self.broadcast(a, oshape), self.broadcast(b, oshape)
+            variant = "VV"
+        elif sb == 1 and n != 1:
+            oa, ob, variant = self.broadcast(a, oshape), self.offset[b], "VS"
+        elif sa == 1 and n != 1:
+            oa, ob, variant = self.offset[a], self.broadcast(b, oshape), "SV"
+        else:
+            oa, ob, variant = self.broadcast(a, oshape), self.broadcast(b, oshape), "VV"
+        self.emit(f"{name}_{variant}", n, o, oa, ob, flags=flag[0] | (flag[1] << 1))
+
+    def _lower_where(self, n, o, oshape, args, flag):
+        c, x, y = args
+        oc = self.broadcast(c, oshape)
+        sx, sy = _size(np.shape(self.vals[x])), _size(np.shape(self.vals[y]))
+        if sy == 1 and sx != 1 and n != 1:
+            variant, ox, oy = "VS", self.broadcast(x, oshape), self.offset[y]
+        elif sx == 1 and sy != 1 and n != 1:
+            variant, ox, oy = "SV", self.offset[x], self.broadcast(y, oshape)
+        else:
+            variant, ox, oy = "VV", self.broadcast(x, oshape), self.broadcast(y, oshape)
+        self.emit(f"WHERE_{variant}", n, o, oc, ox, oy, flags=(flag[1] << 1) | (flag[2] << 2))
+
+    def _lower_reduce(self, op, o, n_out, a, params, flag):
+        shape = np.shape(self.vals[a])
+        nd = len(shape)
+        axis = tuple(range(nd)) if params["axis"] is None else params["axis"]
+        kept = [i for i in range(nd) if i not in axis]
+        src = self.offset[a]
+        seg = _size([shape[i] for i in axis])
+        if list(axis) != list(range(nd - len(axis), nd)):
+            # move the reduced axes last so that each segment is contiguous
+            idx = np.arange(_size(shape)).reshape(shape).transpose(kept + list(axis))
+            src = self.gather(src, _size(shape), idx, flag)
+        self.emit(f"REDUCE_{op.name.upper()}", n_out, o, src, seg, flags=flag)
+
+    def _lower_matmul(self, o, args, flag):
+        a, b = args
+        sa, sb = np.shape(self.vals[a]), np.shape(self.vals[b])
+        m = 1 if len(sa) == 1 else sa[0]
+        k = sa[-1]
+        nn = 1 if len(sb) == 1 else sb[1]
+        self.emit("MATMUL", m * nn, o, self.offset[a], self.offset[b], self._ints([m, k, nn]),
+                  flags=flag[0] | (flag[1] << 1))
+
+    def _lower_guard(self, args, params):
+        a, b = args
+        number = len(self.guard_list)
+        oa, ob = self.offset[a], self.offset[b]
+        self.guard_list.append((params, oa, ob))
+        self.words.append((OPC["GUARD_" + params["pred"].upper()], int(params["expected"]),
+                           number, oa, ob, 0))
+
+    def program(self):
+        tape = self.tape
+        out_id = tape._output._id
+        code = np.array(self.words, dtype=np.int64).reshape(-1, WORDS)
+        if code.size and (code.max() > np.iinfo(np.int32).max or self.next_free > 2**31 - 1):
+            raise UnsupportedError("the tape is too large for 32-bit offsets")
+        consts = np.array(self.const_vals, dtype=np.float64)
+        vid = getattr(tape, "_value_id", None)
+        return Program(
+            code=np.ascontiguousarray(code, dtype=np.int32),
+            ints=np.array(self.ints, dtype=np.int32),
+            consts=consts, n_in=self.n_in, n_grad=self.n_grad_vals, n_fixed=self.n_fixed,
+            n_vals=self.next_free, out_off=self.offset[out_id],
+            out_shape=tuple(np.shape(self.vals[out_id])), inputs=self.input_layout,
+            guards=self.guard_list, value_off=self.offset[vid] if vid is not None else -1,
+            stats={"tape_instructions": len(tape._instrs), "kept": len(self.kept),
+                   "program_instructions": len(self.words)})
+
+
+def compile_tape(tape, guards=True, n_grad=None):
+    """Lower a finished tape to a Program."""
+    tape._check_finished()
+    low = _Lowering(tape, guards, n_grad)
+    low.analyse()
+    low.layout()
+    low.lower()
+    return low.program()
