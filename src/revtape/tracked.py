@@ -116,6 +116,11 @@ class Tracked:
         raise ConversionError(_NO_FLOAT.format(what="complex"))
 
     def __array__(self, dtype=None, copy=None):
+        if dtype is not None and np.dtype(dtype) == object:
+            # an object array holds the tracked value itself: nothing is lost
+            box = np.empty((), dtype=object)
+            box[()] = self
+            return box
         raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
                               "np.asarray internally cannot be traced; for logsumexp use "
                               "revtape.special.logsumexp.)")
