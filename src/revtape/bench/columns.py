@@ -1,0 +1,404 @@
+"""Benchmark columns: one value-and-gradient implementation of one workload each.
+
+Used by ``python -m revtape bench`` and by the pytest-benchmark suites in
+``benchmarks/``, so both time exactly the same calls.
+
+A :class:`Column` has
+
+* ``vg(x) -> (value, grad)``: used for verification (the gradient may be a
+  reused buffer: copy it if you keep it);
+* ``loop(n)``: runs ``n`` value-and-gradient calls at the timing point with
+  preallocated outputs where the tool allows -- this is what is timed;
+* ``call()``: one such call (for pytest-benchmark);
+* ``setup_s``: the one-time cost (record + compile, JAX trace + XLA compile,
+  CasADi Function build, ...).
+
+Column names: ``revtape`` (``ctape.value_and_gradient(x, out=g)``),
+``revtape-bind`` (``run = ctape.bind(x_buf, g_buf); run()``), ``revtape-ref``
+(the reference Python replay ``tape.value_and_gradient(x, out=g)``),
+``c-ref`` (hand-written C), ``numpy-ref`` (hand-written numpy), and the peers
+of :mod:`revtape.bench.peers`.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import workloads as W
+
+REVTAPE_COLUMNS = ["revtape", "revtape-bind", "revtape-ref", "c-ref", "numpy-ref"]
+
+# The reference Python replay is slow: only on tapes up to this many instructions.
+REF_REPLAY_MAX_INSTRUCTIONS = 5000
+
+RTOL = 1e-8
+
+
+class Skip(Exception):
+    """This column cannot be built here; str(exc) says why."""
+
+
+@dataclass
+class Column:
+    name: str
+    vg: Callable[[np.ndarray], tuple[float, np.ndarray]]
+    loop: Callable[[int], None]
+    call: Callable[[], Any]
+    setup_s: float = 0.0
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+    keep: Any = field(default=None, repr=False)
+
+
+def _loop_of(f, *args, **kwargs):
+    """loop(n) calling f(*args, **kwargs) n times, and a one-call callable."""
+    if kwargs:
+        def loop(n):
+            for _ in range(n):
+                f(*args, **kwargs)
+
+        def call():
+            return f(*args, **kwargs)
+    elif args:
+        def loop(n):
+            for _ in range(n):
+                f(*args)
+
+        def call():
+            return f(*args)
+    else:
+        def loop(n):
+            for _ in range(n):
+                f()
+        call = f
+    return loop, call
+
+
+# --------------------------------------------------------------------------
+# the C extension, if built
+
+_VM = None
+
+
+def vm():
+    """(ffi, lib, None) of revtape._vm, or (None, None, reason)."""
+    global _VM
+    if _VM is None:
+        try:
+            from .. import _vm
+            from .. import compiled  # noqa: F401  (checks the op table hash)
+            _VM = (_vm.ffi, _vm.lib, None)
+        except Exception as exc:  # ImportError, BuildMismatchError
+            _VM = (None, None, f"revtape's C extension is not usable: {type(exc).__name__}: {exc}")
+    return _VM
+
+
+# --------------------------------------------------------------------------
+# points
+
+def timing_point(wl) -> np.ndarray:
+    """A point other than the recording point x0 (so replays really replay)."""
+    rng = np.random.default_rng(12345)
+    x0 = np.asarray(wl.x0, dtype=np.float64)
+    return np.ascontiguousarray(x0 + 0.1 * rng.standard_normal(x0.shape))
+
+
+def check_points(wl) -> list[np.ndarray]:
+    return [timing_point(wl), np.ascontiguousarray(wl.x0, dtype=np.float64)]
+
+
+def rel_err(v, g, v_ref, g_ref) -> float:
+    """max(|v - v_ref| / |v_ref|, max|g - g_ref| / max|g_ref|), NaN-safe (NaN -> inf)."""
+    v = float(v)
+    g = np.asarray(g, dtype=np.float64)
+    g_ref = np.asarray(g_ref, dtype=np.float64)
+    if g.shape != g_ref.shape:
+        g = g.reshape(g_ref.shape) if g.size == g_ref.size else None
+    if g is None:
+        return float("inf")
+    ev = abs(v - v_ref) / max(abs(v_ref), 1e-300)
+    eg = float(np.max(np.abs(g - g_ref))) / max(float(np.max(np.abs(g_ref))), 1e-300) if g.size else 0.0
+    e = max(ev, eg)
+    return float("inf") if not np.isfinite(e) else e
+
+
+# --------------------------------------------------------------------------
+# revtape's own columns
+
+
+@dataclass
+class Recorded:
+    """A workload recorded (and compiled, if the VM is built) once, shared by columns."""
+    wl: Any
+    tape: Any
+    record_s: float
+    ctape: Any = None
+    compile_s: float | None = None
+    compile_error: str | None = None
+
+    @property
+    def tape_instructions(self) -> int:
+        return len(self.tape)
+
+
+def record(wl, compile_=True) -> Recorded:
+    import revtape as rt
+
+    t0 = time.perf_counter()
+    tape = rt.GradientTape(wl.f, np.ascontiguousarray(wl.x0, dtype=np.float64))
+    rec = Recorded(wl, tape, time.perf_counter() - t0)
+    if compile_:
+        ffi, lib, why = vm()
+        if why is not None:
+            rec.compile_error = why
+        else:
+            t0 = time.perf_counter()
+            try:
+                rec.ctape = rt.compile(tape)
+            except Exception as exc:
+                rec.compile_error = f"rt.compile raised {type(exc).__name__}: {exc}"
+            rec.compile_s = time.perf_counter() - t0
+    return rec
+
+
+def program_stats(ctape) -> dict:
+    """Sizes of a compiled tape: words, side table, two arenas, constants."""
+    prog = ctape.program
+    code_b = int(np.asarray(prog.code).nbytes)
+    ints_b = int(np.asarray(prog.ints).nbytes)
+    arenas_b = 2 * int(prog.n_vals) * 8
+    consts_b = int(np.asarray(prog.consts).nbytes)
+    total = code_b + ints_b + arenas_b + consts_b
+    n_prog = int(np.asarray(prog.code).shape[0])
+    n_tape = int(prog.stats.get("tape_instructions", 0)) or None
+    return {
+        "program_instructions": n_prog,
+        "tape_instructions": n_tape,
+        "code_bytes": code_b, "ints_bytes": ints_b, "arena_bytes": arenas_b,
+        "consts_bytes": consts_b, "total_bytes": total,
+        "bytes_per_program_instruction": total / n_prog if n_prog else None,
+        "bytes_per_tape_instruction": total / n_tape if n_tape else None,
+    }
+
+
+def _need_ctape(rec):
+    if rec.ctape is None:
+        raise Skip(rec.compile_error or "not compiled")
+    return rec.ctape
+
+
+def build_revtape(rec, x) -> Column:
+    ctape = _need_ctape(rec)
+    g = np.empty_like(x)
+    xt = x.copy()
+    vgm = ctape.value_and_gradient
+
+    def vg(xx):
+        return vgm(xx, out=g)
+
+    loop, call = _loop_of(vgm, xt, out=g)
+    return Column("revtape", vg, loop, call, rec.record_s + rec.compile_s,
+                  "ctape.value_and_gradient(x, out=g)")
+
+
+def build_revtape_bind(rec, x) -> Column:
+    ctape = _need_ctape(rec)
+    xb = x.copy()
+    gb = np.empty_like(x)
+    run = ctape.bind(xb, gb)
+
+    def vg(xx):
+        xb[...] = xx
+        v = run()
+        return v, gb
+
+    # restore the timing point after verification
+    def loop(n, run=run):
+        for _ in range(n):
+            run()
+
+    col = Column("revtape-bind", vg, loop, run, rec.record_s + rec.compile_s,
+                 "run = ctape.bind(x_buf, g_buf); run()", keep=(xb, gb))
+    col.extra["reset"] = lambda: xb.__setitem__(Ellipsis, x)
+    return col
+
+
+def build_revtape_ref(rec, x, max_instructions=REF_REPLAY_MAX_INSTRUCTIONS) -> Column:
+    if rec.tape_instructions > max_instructions:
+        raise Skip(f"reference Python replay runs only on tapes up to {max_instructions} "
+                   f"instructions (this one has {rec.tape_instructions})")
+    tape = rec.tape
+    g = np.empty_like(x)
+    xt = x.copy()
+
+    def vg(xx):
+        return tape.value_and_gradient(xx, out=g)
+
+    loop, call = _loop_of(tape.value_and_gradient, xt, out=g)
+    return Column("revtape-ref", vg, loop, call, rec.record_s,
+                  "tape.value_and_gradient(x, out=g), Python/numpy replay")
+
+
+def build_c_ref(wl, x) -> Column:
+    ffi, lib, why = vm()
+    if why is not None:
+        raise Skip(why)
+    t0 = time.perf_counter()
+    cvg = wl.make_c_vg(ffi, lib)
+    setup = time.perf_counter() - t0
+    g = np.empty_like(x)
+    xt = x.copy()
+
+    def vg(xx):
+        return cvg(np.ascontiguousarray(xx, dtype=np.float64), g)
+
+    loop, call = _loop_of(cvg, xt, g)
+    return Column("c-ref", vg, loop, call, setup, f"hand-written C ({wl.c_name})", keep=cvg)
+
+
+def build_numpy_ref(wl, x) -> Column:
+    xt = x.copy()
+    loop, call = _loop_of(wl.numpy_vg, xt)
+    return Column("numpy-ref", wl.numpy_vg, loop, call, 0.0, "hand-written numpy")
+
+
+def build_peer(peer, wl, x, setup_budget=None) -> Column:
+    from . import peers as P
+
+    try:
+        pc = P.build(peer, wl, setup_budget=setup_budget)
+    except P.Skip as exc:
+        raise Skip(str(exc)) from None
+    xt = x.copy()
+    loop, call = _loop_of(pc.vg, xt)
+    return Column(peer, pc.vg, loop, call, pc.setup_seconds, pc.note, keep=pc)
+
+
+def build_column(name, rec, x, setup_budget=None) -> Column:
+    wl = rec.wl
+    if name == "revtape":
+        return build_revtape(rec, x)
+    if name == "revtape-bind":
+        return build_revtape_bind(rec, x)
+    if name == "revtape-ref":
+        return build_revtape_ref(rec, x)
+    if name == "c-ref":
+        return build_c_ref(wl, x)
+    if name == "numpy-ref":
+        return build_numpy_ref(wl, x)
+    return build_peer(name, wl, x, setup_budget)
+
+
+# --------------------------------------------------------------------------
+# verification
+
+
+class Mismatch(Exception):
+    def __init__(self, msg, err=None):
+        super().__init__(msg)
+        self.err = err
+
+
+def verify(col: Column, wl, points=None, rtol=RTOL, max_points=None) -> tuple[float, float]:
+    """Check col.vg against wl.numpy_vg at each point; returns (max rel err, seconds of
+    the slowest call).  Raises Mismatch (with the error) if they disagree."""
+    pts = check_points(wl) if points is None else points
+    if max_points is not None:
+        pts = pts[:max_points]
+    worst, slowest = 0.0, 0.0
+    for x in pts:
+        v_ref, g_ref = wl.numpy_vg(x.copy())
+        t0 = time.perf_counter()
+        try:
+            v, g = col.vg(x.copy())
+        except Exception as exc:
+            raise Mismatch(f"raised {type(exc).__name__}: {exc}", float("inf")) from None
+        slowest = max(slowest, time.perf_counter() - t0)
+        e = rel_err(v, g, v_ref, g_ref)
+        worst = max(worst, e)
+        if not e <= rtol:
+            raise Mismatch(f"value/gradient differ from the numpy reference: max rel err "
+                           f"{e:.3g} > {rtol:g}", e)
+    reset = col.extra.get("reset")
+    if reset is not None:
+        reset()
+    return worst, slowest
+
+
+# --------------------------------------------------------------------------
+# timing
+
+
+@dataclass
+class TimingConfig:
+    batch_ms: float = 2.0        # a batch takes about this long (1-5 ms)
+    measure_s: float = 1.0       # time spent measuring one column
+    warmup_s: float = 0.1
+    min_batches: int = 7
+    max_batches: int = 200
+    max_slow_batches: int = 15   # when one call is longer than a batch
+
+    @classmethod
+    def quick(cls):
+        return cls(batch_ms=2.0, measure_s=0.15, warmup_s=0.02, min_batches=3,
+                   max_batches=40, max_slow_batches=3)
+
+
+def _time_batch(loop, n) -> int:
+    t0 = time.perf_counter_ns()
+    loop(n)
+    return time.perf_counter_ns() - t0
+
+
+def measure(loop, cfg: TimingConfig, t_call_s: float | None = None) -> dict:
+    """Median/min/max microseconds per call over batches of ~cfg.batch_ms.
+
+    The batch size is calibrated (doubling from 1 until a batch takes at least
+    half the target), then warm-up batches run for cfg.warmup_s, then batches are
+    timed until cfg.measure_s has passed (at least cfg.min_batches)."""
+    target_ns = cfg.batch_ms * 1e6
+    gc.collect()
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        # calibrate (doubles as the first warm-up)
+        n = 1
+        if t_call_s is not None and t_call_s * 1e9 < target_ns / 4:
+            n = max(1, int(target_ns / 4 / max(t_call_s * 1e9, 1.0)))
+        while True:
+            dt = _time_batch(loop, n)
+            if dt >= target_ns / 2 or n >= 1 << 24:
+                break
+            n = max(n * 2, int(n * target_ns / max(dt, 1)))
+        slow = dt > 2 * target_ns and n == 1
+        # warm-up
+        t_end = time.perf_counter_ns() + cfg.warmup_s * 1e9
+        while not slow and time.perf_counter_ns() < t_end:
+            _time_batch(loop, n)
+        batches = []
+        t_end = time.perf_counter_ns() + cfg.measure_s * 1e9
+        cap = cfg.max_slow_batches if slow else cfg.max_batches
+        while len(batches) < cap:
+            batches.append(_time_batch(loop, n))
+            if len(batches) >= cfg.min_batches and time.perf_counter_ns() >= t_end:
+                break
+            if len(batches) % 8 == 0 and gc_was:
+                gc.enable()
+                gc.collect(0)
+                gc.disable()
+    finally:
+        if gc_was:
+            gc.enable()
+    per_call = np.array(batches, dtype=np.float64) / n / 1e3
+    return {"median_us": float(np.median(per_call)), "min_us": float(per_call.min()),
+            "max_us": float(per_call.max()), "batch_size": n, "batches": len(batches)}
+
+
+__all__ = ["Column", "Skip", "Mismatch", "Recorded", "TimingConfig", "record", "build_column",
+           "verify", "measure", "program_stats", "timing_point", "check_points", "rel_err",
+           "vm", "REVTAPE_COLUMNS", "W"]
