@@ -166,9 +166,6 @@ def test_trigamma_third_derivative_of_gammaln(rng):
     np.testing.assert_allclose(H, np.diag(sps.polygamma(2, x)), rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="scipy.special.polygamma is a Python function that "
-                   "calls np.asarray, so it never reaches __array_ufunc__; the "
-                   "_UFUNC_SPECIAL[polygamma] entry in tracked.py is dead code")
 def test_polygamma_dispatches(rng):
     x = rng.uniform(0.5, 4, size=3)
     g = rt.gradient(lambda x: np.sum(sps.polygamma(1, x)), x)

@@ -226,6 +226,9 @@ class Tape:
     def __len__(self):
         return len(self._instrs)
 
+    def __bool__(self):  # a tape with no instructions is still a tape
+        return True
+
     def listing(self, limit=None):
         names = {t._id: f"%{t._id}" for t in self._inputs}
         lines = []

@@ -561,8 +561,6 @@ _UFUNC_SPECIAL = {
     np.isfinite: lambda x: np.isfinite(_value_of(x)),
     np.isinf: lambda x: np.isinf(_value_of(x)),
 }
-if _sps is not None:
-    _UFUNC_SPECIAL[_sps.polygamma] = lambda n, x: _polygamma(n, x)
 
 
 def _polygamma(n, x):
@@ -620,6 +618,16 @@ def _install_logsumexp():
         return
     import functools
     original = _sps.logsumexp
+    original_polygamma = _sps.polygamma
+
+    @functools.wraps(original_polygamma)
+    def polygamma_dispatch(n, x):
+        if istracked(x):
+            return _polygamma(n, x)
+        return original_polygamma(n, x)
+
+    polygamma_dispatch._revtape = True
+    _sps.polygamma = polygamma_dispatch
 
     @functools.wraps(original)
     def logsumexp_dispatch(a, axis=None, b=None, keepdims=False, return_sign=False):
