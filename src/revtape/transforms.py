@@ -110,7 +110,7 @@ class Guards:
         self.containers = []
         self.epoch = ops.EPOCH[0]
         self._seen = set()
-        self.partial = False     # something ran that could not be guarded
+        self.pre = {}            # container snapshots taken before the run
 
     def check(self):
         """None when every guard holds, else a description of the first that fails."""
@@ -170,6 +170,7 @@ class Guards:
                 except ValueError:
                     continue
                 self.cells.append((cell, v))
+                self._container(v, self.pre.get(id(cell)))
                 if callable(v) and not isinstance(v, type):
                     self.function(v, depth + 1)
         elif callable(fn) and not isinstance(fn, (type, types.BuiltinFunctionType, np.ufunc)):
@@ -177,7 +178,7 @@ class Guards:
             if isinstance(call, types.FunctionType):
                 self.function(call, depth + 1)
 
-    def code(self, code, globs, owner, pre_snapshots):
+    def code(self, code, globs, owner):
         # the function objects that own this code (the callee that actually ran)
         for ref in gc.get_referrers(code):
             if isinstance(ref, types.FunctionType) and ref.__code__ is code:
@@ -195,7 +196,7 @@ class Guards:
             if name in globs:
                 self.item(globs, name)
                 self._chain(globs[name], names, 2)
-                self._container(globs[name], pre_snapshots.get((id(globs), name)))
+                self._container(globs[name], self.pre.get((id(globs), name)))
             elif hasattr(builtins, name):
                 self.item(globs, name)                 # still not shadowed by a global
                 self.item(builtins.__dict__, name)
@@ -210,7 +211,8 @@ class Guards:
                 self._chain(ns[name], names, depth - 1)
 
     def _container(self, obj, before):
-        if isinstance(obj, (list, dict)) and len(obj) <= 64:
+        if isinstance(obj, (list, dict)) and len(obj) <= 64 and id(obj) not in self._seen:
+            self._seen.add(id(obj))
             self.containers.append((obj, before if before is not None else _snapshot(obj)))
 
 
@@ -228,11 +230,12 @@ def _mro_lookup(cls, name):
 
 
 def _pre_snapshots(fn):
-    """Snapshots, taken before the run, of small containers f's own code names:
-    a run that mutates them (fs.pop()) must be compared with the state it saw."""
+    """Snapshots, taken before the run, of the small containers f's own code
+    names through globals or closure cells: a run that mutates them
+    (fs.pop()) must be compared with the state it started from."""
     target = fn
-    while isinstance(target, functools.partial):
-        target = target.func
+    while isinstance(target, (functools.partial, types.MethodType)):
+        target = target.func if isinstance(target, functools.partial) else target.__func__
     code = getattr(target, "__code__", None)
     globs = getattr(target, "__globals__", None)
     if code is None or globs is None:
@@ -242,14 +245,22 @@ def _pre_snapshots(fn):
         v = globs.get(name)
         if isinstance(v, (list, dict)) and len(v) <= 64:
             out[(id(globs), name)] = _snapshot(v)
+    for cell in target.__closure__ or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(v, (list, dict)) and len(v) <= 64:
+            out[id(cell)] = _snapshot(v)
     return out
 
 
 def collect_guards(fn, watcher, pre):
     g = Guards()
+    g.pre = pre
     g.function(fn)
     for code, (globs, owner) in watcher.codes.items():
-        g.code(code, globs, owner, pre)
+        g.code(code, globs, owner)
     return g
 
 
