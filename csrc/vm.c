@@ -1014,14 +1014,13 @@ int rt_forward(rt_program *p, const double *x, double *y)
     return rt_release(p, st);
 }
 
-double rt_value_and_grad(rt_program *p, const double *x, double *g)
+int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g)
 {
-    double val = NAN;
     int st;
-    if (p == NULL)
-        return NAN;
+    if (p == NULL || value == NULL)
+        return RT_BADARG;
     if (!rt_acquire(p))
-        return NAN;
+        return RT_BUSY;
     if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
         st = RT_UNVERIFIED;
     else if (p->out_len != 1 || (g == NULL && p->n_grad > 0))
@@ -1033,10 +1032,9 @@ double rt_value_and_grad(rt_program *p, const double *x, double *g)
         p->adj[p->out_off] = 1.0;
         rt_run_reverse(p);
         rt_copy_grad(p, g);
-        val = p->vals[p->out_off];
+        *value = p->vals[p->out_off];
     }
-    rt_release(p, st);
-    return val;
+    return rt_release(p, st);
 }
 
 int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g)

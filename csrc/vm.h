@@ -56,7 +56,9 @@ typedef struct rt_program {
     int64_t out_off;      int64_t out_len;
     int32_t verified;     /* written by rt_verify only */
     int32_t busy;         /* 1 while a replay runs */
-    int32_t status;       /* status of the last rt_value_and_grad */
+    int32_t status;       /* status of the last call (diagnostics only: a call's
+                             own status is its return value, which no other
+                             thread can overwrite) */
     int32_t failed_guard; /* guard number when status == RT_GUARD_FAILED */
 } rt_program;
 
@@ -69,8 +71,8 @@ int rt_verify(rt_program *p, char *msg, int64_t msg_len);
 int rt_forward(rt_program *p, const double *x, double *y);
 
 /* Forward, then one reverse sweep seeded with 1 on the scalar output; writes
- * n_grad gradient values to g and returns the value.  Status in p->status. */
-double rt_value_and_grad(rt_program *p, const double *x, double *g);
+ * the value to *value and n_grad gradient values to g; returns the status. */
+int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g);
 
 /* Forward at x, then one reverse sweep seeded with w (out_len values):
  * g = w^T J.  y receives the output (may be NULL). */

@@ -211,7 +211,7 @@ def _run_state(state):
 def lib_vg(ct):
     from revtape._vm import ffi, lib
     g = np.zeros(max(ct._program.n_grad, 1))
-    lib.rt_value_and_grad(ct._p, ffi.NULL, ffi.from_buffer("double[]", g))
+    lib.rt_value_and_grad(ct._p, ffi.NULL, ffi.new("double *"), ffi.from_buffer("double[]", g))
     J = np.zeros(max(ct._program.out_len * ct._program.n_grad, 1))
     lib.rt_jacobian(ct._p, ffi.NULL, ffi.NULL, ffi.from_buffer("double[]", J))
 

@@ -13,6 +13,7 @@ this raises ConcurrentUseError instead of racing.
 """
 
 import copy as _copy
+import threading
 
 import numpy as np
 
@@ -78,6 +79,7 @@ class CompiledTape:
             raise VerificationError("the C verifier refused this program (it was not run): "
                                     + ffi.string(msg).decode(errors="replace"))
         self._p = p
+        self._lock = threading.Lock()
         self._in_shapes = [shape for _, shape, _ in prog.inputs]
         self._in_float = [isf for _, _, isf in prog.inputs]
         self._single = len(prog.inputs) == 1
@@ -148,9 +150,9 @@ class CompiledTape:
             raise InputError(f"this tape has {len(self._in_shapes)} inputs: pass a tuple of "
                              f"{len(self._in_shapes)} values")
         parts = [check_input(xi, s, isf) for xi, s, isf in zip(x, self._in_shapes, self._in_float)]
-        for (off, shape, _), v in zip(self._program.inputs, parts):
-            self._vals[off:off + int(np.prod(shape, dtype=np.int64))] = np.ravel(v)
-        return ffi.NULL
+        # one new buffer, copied in by C under the busy flag: the arena is never
+        # written from Python, so a concurrent caller cannot corrupt a replay
+        return ffi.from_buffer("double[]", np.concatenate([np.ravel(v) for v in parts]))
 
     def _status(self, status):
         if status == RT_OK:
@@ -205,10 +207,12 @@ class CompiledTape:
     # ------------------------------------------------ replay
     def forward(self, x):
         """Replay the forward pass at x; returns the output (f's value for a HessianTape)."""
-        self._status(lib.rt_forward(self._p, self._x_ptr(x), ffi.NULL))
         if self._kind == "hessian":
-            return float(self._vals[self._program.value_off])
-        return self._output_value()
+            return self._hessian_value_and_gradient(x, None)[0]
+        prog = self._program
+        y = np.empty(prog.out_len)
+        self._status(lib.rt_forward(self._p, self._x_ptr(x), ffi.from_buffer("double[]", y)))
+        return float(y[0]) if prog.out_shape == () else y.reshape(prog.out_shape)
 
     __call__ = forward
 
@@ -217,10 +221,11 @@ class CompiledTape:
         if self._kind == "hessian":
             return self._hessian_value_and_gradient(x, out)
         g, user = self._grad_out(out)
-        v = lib.rt_value_and_grad(self._p, self._x_ptr(x), ffi.from_buffer("double[]", g))
-        if self._p.status:
-            self._status(self._p.status)
-        return v, self._split_grad(g, user)
+        value = ffi.new("double *")      # per call: another thread's result never lands here
+        st = lib.rt_value_and_grad(self._p, self._x_ptr(x), value, ffi.from_buffer("double[]", g))
+        if st:
+            self._status(st)
+        return value[0], self._split_grad(g, user)
 
     def gradient(self, x, out=None):
         return self.value_and_gradient(x, out)[1]
@@ -244,12 +249,13 @@ class CompiledTape:
             raise InputError("x_buf and g_buf must not overlap")
         p, vg, status = self._p, lib.rt_value_and_grad, self._status
         xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
+        value = ffi.new("double *")
 
         def run():
-            v = vg(p, xp, gp)
-            if p.status:
-                status(p.status)
-            return v
+            st = vg(p, xp, value, gp)
+            if st:
+                status(st)
+            return value[0]
 
         run.ctape = self          # keeps the program (and the buffers, via xp/gp) alive
         return run
@@ -292,13 +298,22 @@ class CompiledTape:
 
     # ------------------------------------------------ HessianTape programs
     def _hessian_value_and_gradient(self, x, out):
-        self._status(lib.rt_forward(self._p, self._x_ptr(x), ffi.NULL))
-        g = self._output_value()
+        # f's value sits beside the output in the arena: read it under a lock so
+        # that a concurrent caller gets ConcurrentUseError, not another's value.
         if out is not None:
             check_out(out, [np.empty(self._grad_shapes[0])])
+        if not self._lock.acquire(blocking=False):
+            self._status(RT_BUSY)
+        try:
+            self._status(lib.rt_forward(self._p, self._x_ptr(x), ffi.NULL))
+            g = self._output_value()
+            value = float(self._vals[self._program.value_off])
+        finally:
+            self._lock.release()
+        if out is not None:
             out[...] = g
             g = out
-        return float(self._vals[self._program.value_off]), g
+        return value, g
 
     def hessian(self, x, out=None):
         """The Hessian at x (input.shape * 2) of a compiled HessianTape."""
