@@ -6,6 +6,7 @@ declarations are written once; cffi's compile step then checks them against
 the real headers.
 """
 
+import os
 import pathlib
 import re
 
@@ -34,8 +35,9 @@ ffibuilder.cdef("\n".join(_cdef_from_header((CSRC / h).read_text()) for h in HEA
 ffibuilder.set_source(
     "revtape._vm",
     "\n".join(f'#include "{h}"' for h in HEADERS),
-    sources=[str(CSRC / s) for s in SOURCES],
-    include_dirs=[str(CSRC)],
+    # setuptools insists on paths relative to setup.py's directory
+    sources=[os.path.relpath(CSRC / s) for s in SOURCES],
+    include_dirs=[os.path.relpath(CSRC)],
     extra_compile_args=["-O2", "-std=c99", "-fno-math-errno", "-D_DEFAULT_SOURCE"],
     libraries=["m"],
 )
