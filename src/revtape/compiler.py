@@ -18,6 +18,7 @@ a tape needs:
 Arena layout: [inputs | constants | intermediates], see csrc/vm.h.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,7 +65,11 @@ class Program:
 
 
 def _size(shape):
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(shape)
+
+
+def _shp(v):
+    return () if type(v) is float else v.shape
 
 
 class _Lowering:
@@ -117,8 +122,8 @@ class _Lowering:
         for t in self.tape._inputs:
             v = self.vals[t._id]
             self.offset[t._id] = off
-            self.input_layout.append((off, tuple(np.shape(v)), type(v) is float))
-            off += _size(np.shape(v))
+            self.input_layout.append((off, tuple(_shp(v)), type(v) is float))
+            off += _size(_shp(v))
         self.n_in = off
         self.n_grad_vals = sum(_size(s) for _, s, _ in self.input_layout[:self.n_grad])
         # constants: every non-input operand that does not depend on an input
@@ -173,7 +178,7 @@ class _Lowering:
 
     def broadcast(self, node, shape):
         """Offset of node's value materialised at `shape` (a gather if it must be)."""
-        s = np.shape(self.vals[node])
+        s = _shp(self.vals[node])
         if tuple(s) == tuple(shape):
             return self.offset[node]
         src = np.arange(_size(s)).reshape(s)
@@ -187,7 +192,7 @@ class _Lowering:
             if op is _GUARD:
                 self._lower_guard(args, params)
                 continue
-            oshape = np.shape(self.vals[out])
+            oshape = _shp(self.vals[out])
             n = _size(oshape)
             flag = [(a in self.adj) and op.diff for a in args]
             if fam == ops.STRUCT and op.name in ("reshape", "item"):
@@ -196,7 +201,7 @@ class _Lowering:
                 continue
             if fam == ops.STRUCT and op.name == "take":
                 a = args[0]
-                self.offset[out] = self.gather(self.offset[a], _size(np.shape(self.vals[a])),
+                self.offset[out] = self.gather(self.offset[a], _size(_shp(self.vals[a])),
                                                params["idx"], flag[0])
                 continue
             o = self._alloc(n)
@@ -220,7 +225,7 @@ class _Lowering:
                 self.emit("SCATTER_ADD", idx.size, o, self.broadcast(g, np.shape(params["idx"])),
                           n, self._ints(idx), flags=flag[0])
             elif op.name == "concat":
-                pieces = ops.concat_pieces([np.shape(self.vals[a]) for a in args], params["axis"])
+                pieces = ops.concat_pieces([_shp(self.vals[a]) for a in args], params["axis"])
                 for a, pos, f in zip(args, pieces, flag):
                     self.emit("SCATTER", pos.size, o, self.offset[a], n, self._ints(pos), flags=f)
             else:  # pragma: no cover - every family is handled above
@@ -228,7 +233,7 @@ class _Lowering:
 
     def _lower_binary(self, name, n, o, oshape, args, flag):
         a, b = args
-        sa, sb = _size(np.shape(self.vals[a])), _size(np.shape(self.vals[b]))
+        sa, sb = _size(_shp(self.vals[a])), _size(_shp(self.vals[b]))
         if sa == n and sb == n:
             oa, ob = self.broadcast(a, oshape), self.broadcast(b, oshape)
             variant = "VV"
@@ -243,7 +248,7 @@ class _Lowering:
     def _lower_where(self, n, o, oshape, args, flag):
         c, x, y = args
         oc = self.broadcast(c, oshape)
-        sx, sy = _size(np.shape(self.vals[x])), _size(np.shape(self.vals[y]))
+        sx, sy = _size(_shp(self.vals[x])), _size(_shp(self.vals[y]))
         if sy == 1 and sx != 1 and n != 1:
             variant, ox, oy = "VS", self.broadcast(x, oshape), self.offset[y]
         elif sx == 1 and sy != 1 and n != 1:
@@ -253,7 +258,7 @@ class _Lowering:
         self.emit(f"WHERE_{variant}", n, o, oc, ox, oy, flags=(flag[1] << 1) | (flag[2] << 2))
 
     def _lower_reduce(self, op, o, n_out, a, params, flag):
-        shape = np.shape(self.vals[a])
+        shape = _shp(self.vals[a])
         nd = len(shape)
         axis = tuple(range(nd)) if params["axis"] is None else params["axis"]
         kept = [i for i in range(nd) if i not in axis]
@@ -267,7 +272,7 @@ class _Lowering:
 
     def _lower_matmul(self, o, args, flag):
         a, b = args
-        sa, sb = np.shape(self.vals[a]), np.shape(self.vals[b])
+        sa, sb = _shp(self.vals[a]), _shp(self.vals[b])
         m = 1 if len(sa) == 1 else sa[0]
         k = sa[-1]
         nn = 1 if len(sb) == 1 else sb[1]
@@ -295,7 +300,7 @@ class _Lowering:
             ints=np.array(self.ints, dtype=np.int32),
             consts=consts, n_in=self.n_in, n_grad=self.n_grad_vals, n_fixed=self.n_fixed,
             n_vals=self.next_free, out_off=self.offset[out_id],
-            out_shape=tuple(np.shape(self.vals[out_id])), inputs=self.input_layout,
+            out_shape=tuple(_shp(self.vals[out_id])), inputs=self.input_layout,
             guards=self.guard_list, value_off=self.offset[vid] if vid is not None else -1,
             stats={"tape_instructions": len(tape._instrs), "kept": len(self.kept),
                    "program_instructions": len(self.words)})

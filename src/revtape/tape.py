@@ -26,9 +26,9 @@ _GUARD = ops.OPS["guard"]
 _NO_PARAMS = {}  # shared, never mutated
 
 
-def _ttype():
-    from .tracked import wrap
-    return wrap
+# tracked.py installs its constructor here at import (it imports this module,
+# so this module cannot import it at the top).
+_WRAP = None
 
 
 # ---------------------------------------------------------------- value helpers
@@ -153,7 +153,7 @@ class Tape:
     def _new_node(self, value):
         nid = len(self._vals)
         self._vals.append(value)
-        return _ttype()(self, nid, value)
+        return _WRAP(self, nid, value)
 
     def _const(self, v):
         """Node id of a constant operand (captured by value at record time)."""
@@ -161,15 +161,19 @@ class Tape:
             v = v._const
         v = as_value(v)
         if type(v) is float:
-            key = v if v != 0.0 else (0.0, math.copysign(1.0, v))
-            nid = self._scalar_consts.get(key)
-            if nid is None:
-                nid = len(self._vals)
-                self._vals.append(v)
-                self._scalar_consts[key] = nid
-            return nid
+            return self._scalar_const(v)
         nid = len(self._vals)
         self._vals.append(v)
+        return nid
+
+    def _scalar_const(self, v):
+        """Node id of a scalar constant; equal constants share one node."""
+        key = v if v != 0.0 else (0.0, math.copysign(1.0, v))   # keep -0.0 apart
+        nid = self._scalar_consts.get(key)
+        if nid is None:
+            nid = len(self._vals)
+            self._vals.append(v)
+            self._scalar_consts[key] = nid
         return nid
 
     def _arg_id(self, a):
@@ -195,7 +199,7 @@ class Tape:
         nid = len(vals)
         vals.append(value)
         self._instrs.append((op, nid, ids, params or _NO_PARAMS))
-        return _ttype()(self, nid, value)
+        return _WRAP(self, nid, value)
 
     def _guard(self, pred, a, b, result):
         """Record that Python branched on `a <pred> b` being `result`."""

@@ -19,7 +19,8 @@ import numpy as np
 
 from . import ops
 from .errors import ConversionError, UnsupportedError
-from .tape import NULL_TAPE, as_value, shape_of
+from . import tape as _tape_module
+from .tape import NULL_TAPE, _norm, as_value, shape_of
 
 P = ops.P
 
@@ -156,19 +157,19 @@ class Tracked:
         return (_rebuild, (type(self), self._tape, self._id, self._const))
 
     # ------------------------------------------------ arithmetic
-    def __add__(self, o): return P.add(self, o)
-    def __radd__(self, o): return P.add(o, self)
-    def __sub__(self, o): return P.sub(self, o)
-    def __rsub__(self, o): return P.sub(o, self)
-    def __mul__(self, o): return P.mul(self, o)
-    def __rmul__(self, o): return P.mul(o, self)
-    def __truediv__(self, o): return P.div(self, o)
-    def __rtruediv__(self, o): return P.div(o, self)
+    def __add__(self, o): return _record2(_ADD, self, o, False)
+    def __radd__(self, o): return _record2(_ADD, self, o, True)
+    def __sub__(self, o): return _record2(_SUB, self, o, False)
+    def __rsub__(self, o): return _record2(_SUB, self, o, True)
+    def __mul__(self, o): return _record2(_MUL, self, o, False)
+    def __rmul__(self, o): return _record2(_MUL, self, o, True)
+    def __truediv__(self, o): return _record2(_DIV, self, o, False)
+    def __rtruediv__(self, o): return _record2(_DIV, self, o, True)
     def __pow__(self, o): return power(self, o)
     def __rpow__(self, o): return power(o, self)
     def __matmul__(self, o): return matmul(self, o)
     def __rmatmul__(self, o): return matmul(o, self)
-    def __neg__(self): return P.neg(self)
+    def __neg__(self): return _record1(_NEG, self)
     def __pos__(self): return self
     def __abs__(self): return P.abs(self)
 
@@ -270,6 +271,74 @@ def _rebuild(cls, tape, nid, const):
     return t
 
 
+# ---------------------------------------------------------------- the recording fast path
+# Scalar code records one instruction per Python operation, so these paths
+# skip the generic dispatch (ops.apply -> Tape._record) for the common cases:
+# a tracked value of a recording tape with a Python number or another value
+# of the same tape.  Everything else falls back to the generic path, which
+# also produces the errors.
+
+_ADD, _SUB, _MUL, _DIV, _NEG = (ops.OPS[n] for n in ("add", "sub", "mul", "div", "neg"))
+_NO_PARAMS = {}
+_new = object.__new__
+
+
+def _record2(op, a, b, swap):
+    tape = a._tape
+    ia = a._id
+    tb = type(b)
+    if ia >= 0 and tape._recording:
+        if tb is float or tb is int:
+            ib = tape._scalar_const(float(b))
+        elif (tb is TrackedReal or tb is TrackedArray) and b._tape is tape and b._id >= 0:
+            ib = b._id
+        else:
+            ib = -1
+        if ib >= 0:
+            vals = tape._vals
+            if swap:
+                ia, ib = ib, ia
+            va, vb = vals[ia], vals[ib]
+            sf = op.sfwd
+            if sf is not None and type(va) is float and type(vb) is float:
+                try:
+                    value = sf(va, vb)
+                except (ArithmeticError, ValueError):
+                    value = _norm(op.fwd(va, vb))
+            else:
+                value = _norm(op.fwd(va, vb))
+            nid = len(vals)
+            vals.append(value)
+            tape._instrs.append((op, nid, (ia, ib), _NO_PARAMS))
+            t = _new(TrackedReal if type(value) is float else TrackedArray)
+            t._tape, t._id, t._const = tape, nid, None
+            return t
+    prim = getattr(P, op.name)
+    return prim(b, a) if swap else prim(a, b)
+
+
+def _record1(op, a, params=_NO_PARAMS):
+    tape = a._tape
+    if a._id < 0 or not tape._recording:
+        return getattr(P, op.name)(a, **params)
+    vals = tape._vals
+    va = vals[a._id]
+    sf = op.sfwd
+    if sf is not None and type(va) is float:
+        try:
+            value = sf(va)
+        except (ArithmeticError, ValueError):
+            value = _norm(op.fwd(va))
+    else:
+        value = _norm(op.fwd(va, **params))
+    nid = len(vals)
+    vals.append(value)
+    tape._instrs.append((op, nid, (a._id,), params))
+    t = _new(TrackedReal if type(value) is float else TrackedArray)
+    t._tape, t._id, t._const = tape, nid, None
+    return t
+
+
 def wrap(tape, nid, v):
     """A tracked handle on node nid of tape (class from the value's shape)."""
     t = object.__new__(TrackedReal if type(v) is float else TrackedArray)
@@ -277,6 +346,9 @@ def wrap(tape, nid, v):
     t._id = nid
     t._const = None
     return t
+
+
+_tape_module._WRAP = wrap
 
 
 def constant(v):
@@ -384,13 +456,16 @@ def broadcast_to(x, shape, subok=False):
     return ops.broadcast_to(x, tuple(shape))
 
 
+_ITEM = ops.OPS["item"]
+
+
 def getitem(x, key):
     shape = x.shape
     if type(key) is int and len(shape) == 1:
         n = shape[0]
         if not -n <= key < n:
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {n}")
-        return P.item(x, i=key % n)
+        return _record1(_ITEM, x, {"i": key % n})
     if istracked(key) or (isinstance(key, tuple) and any(istracked(k) for k in key)):
         raise UnsupportedError("indexing with a tracked value depends on the data; use np.where "
                                "or index with plain integers")
@@ -574,6 +649,14 @@ _REDUCE_UFUNCS = {np.add: "sum", np.multiply: "prod", np.maximum: "max", np.mini
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
+    if method == "__call__" and not kwargs:
+        name = _UFUNC_OPS.get(ufunc)
+        if name is not None:
+            a = inputs[0]
+            if len(inputs) == 1:
+                return _record1(ops.OPS[name], a)
+            if len(inputs) == 2 and type(a) in (TrackedReal, TrackedArray):
+                return _record2(ops.OPS[name], a, inputs[1], False)
     out = kwargs.pop("out", None)
     if out is not None and any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
         raise ConversionError("a ufunc with out= would write a tracked value into a plain array; "
