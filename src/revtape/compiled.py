@@ -37,6 +37,7 @@ if ffi.string(lib.rt_op_table_hash()).decode() != ops.OP_TABLE_HASH:  # pragma: 
 RT_OK, RT_GUARD_FAILED, RT_BUSY, RT_UNVERIFIED, RT_BADARG = 0, 1, 2, 3, 4
 _F64 = np.dtype(np.float64)
 _ND = np.ndarray
+_empty = np.empty
 _DOUBLES = ffi.typeof("double[]")
 _from_buffer = ffi.from_buffer
 _vg = lib.rt_value_and_grad
@@ -233,9 +234,12 @@ class CompiledTape:
         # check is an identity or tuple comparison; contiguity is checked by
         # from_buffer itself, which refuses a non-contiguous array.
         shape = self._fast_shape
-        if (shape is not None and type(x) is _ND and type(out) is _ND and x.dtype is _F64
-                and out.dtype is _F64 and x.shape == shape and out.shape == shape
-                and out.flags.writeable):
+        if shape is not None and type(x) is _ND and x.dtype is _F64 and x.shape == shape:
+            if out is None:
+                out = _empty(shape)
+            elif not (type(out) is _ND and out.dtype is _F64 and out.shape == shape
+                      and out.flags.writeable):
+                return self._value_and_gradient(x, out)
             try:
                 xp, gp = _from_buffer(_DOUBLES, x), _from_buffer(_DOUBLES, out)
             except (ValueError, TypeError, BufferError):
@@ -246,6 +250,10 @@ class CompiledTape:
                 if st:
                     self._status(st)
                 return value[0], out
+        return self._value_and_gradient(x, out)
+
+    def _value_and_gradient(self, x, out):
+        """Every other case: tuples, floats, conversions, Hessian programs, errors."""
         if self._kind == "hessian":
             return self._hessian_value_and_gradient(x, out)
         g, user = self._grad_out(out)
