@@ -144,8 +144,9 @@ class Guards:
                          "return 'a closure variable was rebound'\n    except ValueError:\n"
                          "        return 'a closure variable was deleted'")
         for c, snap in self.containers:
-            lines.append(f"    if snapshot({bind(c)}) != {bind(snap)}: "
-                         "return 'a container the function read was modified'")
+            test = (f"{bind(c)} != {bind(snap)}" if isinstance(snap, (list, dict))
+                    else f"snapshot({bind(c)}) != {bind(snap)}")
+            lines.append(f"    if {test}: return 'a container the function read was modified'")
         lines.append(f"    if EPOCH[0] != {self.epoch}: return \"revtape's op table changed\"")
         lines.append("    return None")
         exec("\n".join(lines), env)
@@ -234,9 +235,20 @@ class Guards:
             self.containers.append((obj, before if before is not None else _snapshot(obj)))
 
 
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), types.FunctionType,
+          types.BuiltinFunctionType, functools.partial, np.ufunc)
+
+
 def _snapshot(c):
+    """A comparable copy of a small container's state.  Plain items (numbers,
+    strings, functions) compare by ==, which tests identity first: one C-level
+    list comparison.  Anything else (arrays) compares by identity."""
     if isinstance(c, dict):
+        if all(type(v) in _PLAIN for v in c.values()):
+            return dict(c)
         return tuple((k, id(v)) for k, v in c.items())
+    if all(type(v) in _PLAIN for v in c):
+        return list(c)
     return tuple(id(v) for v in c)
 
 
