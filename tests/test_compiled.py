@@ -409,3 +409,33 @@ def test_compiling_and_dropping_10000_tapes_does_not_grow_memory():
     gc.collect()
     grown = _rss_kib() - before
     assert grown < 4 * 1024, f"RSS grew by {grown} KiB over 10,000 compile/free cycles"
+
+
+def test_hessian_and_hvp_of_a_compiled_gradient_tape():
+    f = lambda x: np.sum(np.exp(x) * x[0]) + np.sum(x ** 4)
+    x = np.array([0.3, -0.2, 0.5])
+    ct = rt.compile(rt.GradientTape(f, x))
+    H = rt.hessian(f, x + 0.1)
+    np.testing.assert_allclose(ct.hessian(x + 0.1), H, rtol=1e-12)
+    v = np.array([1.0, -2.0, 0.5])
+    np.testing.assert_allclose(ct.hvp(x + 0.1, v), H @ v, rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_inputs_are_refused_by_every_replay(bad):
+    f = lambda x: np.sum(x ** 2)
+    x = np.array([1.0, 2.0, 3.0])
+    tape = rt.GradientTape(f, x)
+    ct = rt.compile(tape)
+    xb = x.copy()
+    xb[1] = bad
+    g = np.empty(3)
+    for call in (lambda: tape.gradient(xb), lambda: ct.gradient(xb), lambda: ct.forward(xb),
+                 lambda: ct.value_and_gradient(xb, out=g), lambda: ct.jacobian(xb)):
+        with pytest.raises(rt.InputError):
+            call()
+    run = ct.bind(xb, g)
+    with pytest.raises(rt.InputError):
+        run()
+    xb[1] = 0.0
+    assert run() == pytest.approx(10.0)

@@ -55,6 +55,7 @@ class CompiledTape:
         self._guards = guards
         self._n_grad_inputs = n_grad
         self._kind = _kind_of(tape)
+        self._hess = None
         self._program = _program or compiler.compile_tape(tape, guards, n_grad)
         self._load()
 
@@ -352,19 +353,27 @@ class CompiledTape:
         return value, g
 
     def hessian(self, x, out=None):
-        """The Hessian at x (input.shape * 2) of a compiled HessianTape."""
-        self._need_hessian()
-        return self._jacobian(x, out, self._grad_shapes[0])
+        """The Hessian at x (input.shape * 2): one reverse sweep of the gradient
+        program per input element, in C."""
+        h = self._hessian_program()
+        return h._jacobian(x, out, h._grad_shapes[0])
 
     def hvp(self, x, v):
         """H(x) v: one forward and one reverse sweep of the gradient program."""
-        self._need_hessian()
-        return self.vjp(x, v)
+        return self._hessian_program().vjp(x, v)
 
-    def _need_hessian(self):
-        if self._kind != "hessian":
-            raise OutputError("hessian() and hvp() need a compiled HessianTape: "
-                              "rt.compile(rt.HessianTape(f, x))")
+    def _hessian_program(self):
+        """This program if it is a HessianTape's; else the compiled gradient tape of
+        this gradient tape, built on first use."""
+        if self._kind == "hessian":
+            return self
+        if self._program.out_shape != () or self._tape is None:
+            raise OutputError("hessian() and hvp() need a scalar output: use a GradientTape "
+                              "or rt.HessianTape(f, x)")
+        if self._hess is None:
+            from .api import HessianTape
+            self._hess = CompiledTape(HessianTape._from_tape(self._tape), guards=self._guards)
+        return self._hess
 
     # ------------------------------------------------ copy and pickle
     def __copy__(self):

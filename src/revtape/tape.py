@@ -531,6 +531,9 @@ def check_input(x, shape, float_input=False):
     if tuple(arr.shape) != tuple(shape):
         raise InputError(f"replay input has shape {arr.shape}, but the tape was recorded "
                          f"with shape {tuple(shape)}; record a new tape for this shape")
+    if not np.isfinite(arr).all():
+        raise InputError("replay input contains nan or inf; a tape replays finite inputs only "
+                         "(check the point your sampler or optimizer proposed)")
     if float_input or arr.ndim == 0:
         return float(arr)
     out = np.array(arr, dtype=np.float64)
