@@ -64,6 +64,13 @@ class Program:
         return cls(**state)
 
 
+_SCALAR_FAMILIES = (ops.UNARY, ops.UNARY_ND, ops.BINARY, ops.BINARY_ND)
+_UNARY_CODE = {op: OPC[op.name.upper()] for op in ops.OPS.values()
+               if op.family in (ops.UNARY, ops.UNARY_ND)}
+_VV_CODE = {op: OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
+            if op.family in (ops.BINARY, ops.BINARY_ND)}
+
+
 def _size(shape):
     return math.prod(shape)
 
@@ -186,9 +193,26 @@ class _Lowering:
         return self.gather(self.offset[node], _size(s), idx, node in self.adj)
 
     def lower(self):
+        vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
         for instr in self.kept:
             op, out, args, params = instr
             fam = op.family
+            if type(vals[out]) is float and fam in _SCALAR_FAMILIES:
+                # scalar code: one element, no broadcasting to work out
+                o = self.next_free
+                self.next_free = o + 1
+                offset[out] = o
+                diff = op.diff
+                if len(args) == 1:
+                    a = args[0]
+                    words.append((_UNARY_CODE[op] | ((diff and a in adj) << FLAGS_SHIFT), 1, o,
+                                  offset[a], 0, 0))
+                else:
+                    a, b = args
+                    flags = (diff and a in adj) | ((diff and b in adj) << 1)
+                    words.append((_VV_CODE[op] | (flags << FLAGS_SHIFT), 1, o, offset[a],
+                                  offset[b], 0))
+                continue
             if op is _GUARD:
                 self._lower_guard(args, params)
                 continue
