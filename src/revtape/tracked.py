@@ -375,16 +375,14 @@ def compare(pred, a, b):
 # ---------------------------------------------------------------- array functions
 
 def power(x, y):
-    vy = _value_of(y)
-    if not istracked(y) and np.ndim(vy) == 0:
-        c = float(vy)
-        if c == 2.0:
-            return P.square(x)
-        if c == 0.5:
-            return P.sqrt(x)
-        if c == -1.0:
-            return P.reciprocal(x)
-        if c == 1.0:
+    """x ** y; constant exponents 2, 0.5, -1 and 1 become square, sqrt, reciprocal, x."""
+    ty = type(y)
+    if ty is float or ty is int or (not istracked(y) and np.ndim(y) == 0):
+        c = float(y)
+        special = _POWER_SPECIAL.get(c)
+        if special is not None and istracked(x):
+            return _record1(special, x)
+        if c == 1.0 and istracked(x):
             return x
     return P.pow(x, y)
 
@@ -457,6 +455,7 @@ def broadcast_to(x, shape, subok=False):
 
 
 _ITEM = ops.OPS["item"]
+_POWER_SPECIAL = {2.0: ops.OPS["square"], 0.5: ops.OPS["sqrt"], -1.0: ops.OPS["reciprocal"]}
 
 
 def getitem(x, key):

@@ -33,6 +33,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import ops
+from .api import gc_paused
 from .compiled import CompiledTape
 from .errors import BranchChanged, InputError, OutputError, StaleTape
 from .tape import Tape
@@ -408,7 +409,8 @@ class GradFunction:
                 targs[i] = tape.track(a)
         pre = _pre_snapshots(self.fun)
         watcher = _Watcher()
-        out = watcher.run(self.fun, *targs, **kwargs)
+        with gc_paused():
+            out = watcher.run(self.fun, *targs, **kwargs)
         tape.finish(out)
         tape._scalar_output()
         guards = collect_guards(self.fun, watcher, pre)
