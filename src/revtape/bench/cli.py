@@ -119,6 +119,8 @@ def add_arguments(p: argparse.ArgumentParser):
                    metavar="none|all|jax,torch,...",
                    help="peer AD tools to add when installed (default all)")
     p.add_argument("--json", metavar="PATH", help="write machine-readable results here")
+    p.add_argument("--readme", metavar="README.md",
+                   help="also write the table into this file's results block")
     p.add_argument("--plot", metavar="PATH.png",
                    help="per-call time vs chain length (log-log) and per-call ratios "
                         "(needs matplotlib)")
@@ -750,7 +752,26 @@ def run(args, argv=()) -> int:
         log(f"JSON written to {args.json}")
     if args.plot:
         plot(result, args.plot, log)
+    if args.readme:
+        write_readme(args.readme, format_table(result), log)
     return 0
+
+
+README_START, README_END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def write_readme(path, table, log):
+    """Replace the results block of a README (between the bench markers)."""
+    with open(path) as fh:
+        text = fh.read()
+    i, j = text.find(README_START), text.find(README_END)
+    if i < 0 or j < i:
+        log(f"{path} has no {README_START} ... {README_END} block; README not updated")
+        return
+    block = f"{README_START}\n```\n{table}\n```\n"
+    with open(path, "w") as fh:
+        fh.write(text[:i] + block + text[j:])
+    log(f"results written into {path}")
 
 
 def _finite(o):
