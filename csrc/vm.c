@@ -240,31 +240,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
     }
 }
 
-
-/* Two adjacent int32 instruction words in one 64-bit load: {lo, hi}. */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define RT_PAIR_LO(q) ((int64_t)(int32_t)(uint32_t)(q))
-#define RT_PAIR_HI(q) ((int64_t)(int32_t)(uint32_t)((q) >> 32))
-static inline uint64_t rt_load_pair(const int32_t *w) { uint64_t q; memcpy(&q, w, 8); return q; }
-#else
-#define RT_PAIR_LO(q) ((int64_t)(int32_t)(uint32_t)(q))
-#define RT_PAIR_HI(q) ((int64_t)(int32_t)(uint32_t)((q) >> 32))
-static inline uint64_t rt_load_pair(const int32_t *w)
-{
-    return (uint64_t)(uint32_t)w[0] | ((uint64_t)(uint32_t)w[1] << 32);
-}
-#endif
-
 /* ------------------------------------------------------------------ forward */
-
-/* Operand words, read where a kernel uses them (not all five up front):
- * each kernel loads only the words it needs. */
-#define n ((int64_t)w[1])
-#define o ((int64_t)w[2])
-#define a ((int64_t)w[3])
-#define b ((int64_t)w[4])
-#define c ((int64_t)w[5])
-
 
 /* Scalar code is one element per instruction: n == 1 skips the loop. */
 #define FWD_UNARY(NAME, FX, DX)                                               \
@@ -297,11 +273,6 @@ static inline uint64_t rt_load_pair(const int32_t *w)
     }                                                                         \
     VM_CASE(NAME##_VS) {                                                      \
         const double y = v[b];                                                \
-        if (n == 1) {                                                         \
-            const double x = v[a];                                            \
-            v[o] = FXY;                                                       \
-            VM_NEXT;                                                          \
-        }                                                                     \
         for (i = 0; i < n; i++) {                                             \
             const double x = v[a + i];                                        \
             v[o + i] = FXY;                                                   \
@@ -310,11 +281,6 @@ static inline uint64_t rt_load_pair(const int32_t *w)
     }                                                                         \
     VM_CASE(NAME##_SV) {                                                      \
         const double x = v[a];                                                \
-        if (n == 1) {                                                         \
-            const double y = v[b];                                            \
-            v[o] = FXY;                                                       \
-            VM_NEXT;                                                          \
-        }                                                                     \
         for (i = 0; i < n; i++) {                                             \
             const double y = v[b + i];                                        \
             v[o + i] = FXY;                                                   \
@@ -341,32 +307,20 @@ static int rt_run_forward(rt_program *p)
     const int32_t *const code = p->code;
     const int32_t *const ints = p->ints;
     double *const v = p->vals;
-    const int32_t *const end = code + p->n_instr * RT_WORDS;
-    const int32_t *w = code - RT_WORDS;
-    int64_t i, s, n_, o_, a_, b_, c_;
-    uint32_t op_;
-#undef n
-#undef o
-#undef a
-#undef b
-#undef c
-#define n n_
-#define o o_
-#define a a_
-#define b b_
-#define c c_
+    const int64_t n_instr = p->n_instr;
+    const int32_t *w;
+    int64_t pc = -1, n, o, a, b, c, i, s;
 #if RT_COMPUTED_GOTO
     static const void *const vm_labels[RT_NUM_OPS] = { RT_OPCODES(RT_LABEL_) };
 #endif
 
 vm_next:
-    w += RT_WORDS;
-    if (w >= end)
+    if (++pc >= n_instr)
         return RT_OK;
-    { const uint64_t q0 = rt_load_pair(w), q1 = rt_load_pair(w + 2), q2 = rt_load_pair(w + 4);
-      op_ = (uint32_t)q0 & RT_OPCODE_MASK; n_ = RT_PAIR_HI(q0); o_ = RT_PAIR_LO(q1); a_ = RT_PAIR_HI(q1); b_ = RT_PAIR_LO(q2); c_ = RT_PAIR_HI(q2); }
+    w = code + pc * RT_WORDS;
+    n = w[1]; o = w[2]; a = w[3]; b = w[4]; c = w[5];
     {
-        VM_DISPATCH(op_) {
+        VM_DISPATCH(w[0] & RT_OPCODE_MASK) {
         RT_UNARY(FWD_UNARY)
         RT_UNARY_ND(FWD_UNARY_ND)
         RT_BINARY(FWD_BINARY)
@@ -548,17 +502,6 @@ vm_next:
         const double y = v[b];                                                \
         double sy = 0.0;                                                      \
         (void)y;                                                              \
-        if (n == 1) {                                                         \
-            const double g = d[o];                                            \
-            if (g != 0.0) {                                                   \
-                const double x = v[a], f = v[o];                              \
-                (void)x; (void)f;                                             \
-                if (fl & 1) d[a] += g * (DX);                                 \
-                if (fl & 2) sy = 0.0 + g * (DY);                              \
-            }                                                                 \
-            if (fl & 2) d[b] += sy;                                           \
-            VM_NEXT;                                                          \
-        }                                                                     \
         for (i = 0; i < n; i++) {                                             \
             const double g = d[o + i];                                        \
             if (g != 0.0) {                                                   \
@@ -575,17 +518,6 @@ vm_next:
         const double x = v[a];                                                \
         double sx = 0.0;                                                      \
         (void)x;                                                              \
-        if (n == 1) {                                                         \
-            const double g = d[o];                                            \
-            if (g != 0.0) {                                                   \
-                const double y = v[b], f = v[o];                              \
-                (void)y; (void)f;                                             \
-                if (fl & 1) sx = 0.0 + g * (DX);                              \
-                if (fl & 2) d[b] += g * (DY);                                 \
-            }                                                                 \
-            if (fl & 1) d[a] += sx;                                           \
-            VM_NEXT;                                                          \
-        }                                                                     \
         for (i = 0; i < n; i++) {                                             \
             const double g = d[o + i];                                        \
             if (g != 0.0) {                                                   \
@@ -605,41 +537,29 @@ vm_next:
 #define REV_NONE_GUARD(NAME, ...) VM_CASE(GUARD_##NAME)
 
 /* One reverse sweep over p; adj must be zeroed and seeded by the caller. */
-#undef n
-#undef o
-#undef a
-#undef b
-#undef c
-#define n RT_PAIR_HI(q0)
-#define o RT_PAIR_LO(q1)
-#define a RT_PAIR_HI(q1)
-#define b ((int64_t)w[4])
-#define c ((int64_t)w[5])
 static void rt_run_reverse(const rt_program *p)
 {
     const int32_t *const code = p->code;
     const int32_t *const ints = p->ints;
     const double *const v = p->vals;
     double *const d = p->adj;
-    const int32_t *w = code + p->n_instr * RT_WORDS;
+    const int32_t *w;
     uint32_t fl;
-    uint64_t q0, q1;
-    int64_t i, s;
+    int64_t pc = p->n_instr, n, o, a, b, c, i, s;
 #if RT_COMPUTED_GOTO
     static const void *const vm_labels[RT_NUM_OPS] = { RT_OPCODES(RT_LABEL_) };
 #endif
 
 vm_next:
-    if (w <= code)
+    if (pc-- <= 0)
         return;
-    w -= RT_WORDS;
-    q0 = rt_load_pair(w);
-    fl = (uint32_t)q0 >> RT_FLAGS_SHIFT;
+    w = code + pc * RT_WORDS;
+    fl = (uint32_t)w[0] >> RT_FLAGS_SHIFT;
     if (fl == 0)
         goto vm_next;                       /* nothing upstream needs an adjoint */
-    q1 = rt_load_pair(w + 2);
+    n = w[1]; o = w[2]; a = w[3]; b = w[4]; c = w[5];
     {
-        VM_DISPATCH((uint32_t)q0 & RT_OPCODE_MASK) {
+        VM_DISPATCH(w[0] & RT_OPCODE_MASK) {
         RT_UNARY(REV_UNARY)
         RT_BINARY(REV_BINARY)
 
@@ -815,12 +735,6 @@ vm_next:
         }
     }
 }
-
-#undef n
-#undef o
-#undef a
-#undef b
-#undef c
 
 /* ------------------------------------------------------------------ verifier */
 
