@@ -273,6 +273,11 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
     }                                                                         \
     VM_CASE(NAME##_VS) {                                                      \
         const double y = v[b];                                                \
+        if (n == 1) {                                                         \
+            const double x = v[a];                                            \
+            v[o] = FXY;                                                       \
+            VM_NEXT;                                                          \
+        }                                                                     \
         for (i = 0; i < n; i++) {                                             \
             const double x = v[a + i];                                        \
             v[o + i] = FXY;                                                   \
@@ -281,6 +286,11 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
     }                                                                         \
     VM_CASE(NAME##_SV) {                                                      \
         const double x = v[a];                                                \
+        if (n == 1) {                                                         \
+            const double y = v[b];                                            \
+            v[o] = FXY;                                                       \
+            VM_NEXT;                                                          \
+        }                                                                     \
         for (i = 0; i < n; i++) {                                             \
             const double y = v[b + i];                                        \
             v[o + i] = FXY;                                                   \
@@ -502,6 +512,17 @@ vm_next:
         const double y = v[b];                                                \
         double sy = 0.0;                                                      \
         (void)y;                                                              \
+        if (n == 1) {                   /* the loop below, for one element */ \
+            const double g = d[o];                                            \
+            if (g != 0.0) {                                                   \
+                const double x = v[a], f = v[o];                              \
+                (void)x; (void)f;                                             \
+                if (fl & 1) d[a] += g * (DX);                                 \
+                if (fl & 2) sy += g * (DY);                                   \
+            }                                                                 \
+            if (fl & 2) d[b] += sy;                                           \
+            VM_NEXT;                                                          \
+        }                                                                     \
         for (i = 0; i < n; i++) {                                             \
             const double g = d[o + i];                                        \
             if (g != 0.0) {                                                   \
@@ -518,6 +539,17 @@ vm_next:
         const double x = v[a];                                                \
         double sx = 0.0;                                                      \
         (void)x;                                                              \
+        if (n == 1) {                   /* the loop below, for one element */ \
+            const double g = d[o];                                            \
+            if (g != 0.0) {                                                   \
+                const double y = v[b], f = v[o];                              \
+                (void)y; (void)f;                                             \
+                if (fl & 1) sx += g * (DX);                                   \
+                if (fl & 2) d[b] += g * (DY);                                 \
+            }                                                                 \
+            if (fl & 1) d[a] += sx;                                           \
+            VM_NEXT;                                                          \
+        }                                                                     \
         for (i = 0; i < n; i++) {                                             \
             const double g = d[o + i];                                        \
             if (g != 0.0) {                                                   \
@@ -1034,8 +1066,18 @@ static int rt_forward_locked(rt_program *p, const double *x)
 {
     if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
         return RT_UNVERIFIED;
-    if (x != NULL && p->n_in > 0)
-        memcpy(p->vals, x, (size_t)p->n_in * sizeof(double));
+    if (x != NULL) {
+        /* Replays take finite inputs only (SPEC: bad input is an error, not
+         * a nan gradient); the check rides along with the copy. */
+        int64_t i;
+        int finite = 1;
+        for (i = 0; i < p->n_in; i++) {
+            p->vals[i] = x[i];
+            finite &= isfinite(x[i]) != 0;
+        }
+        if (!finite)
+            return RT_NONFINITE;
+    }
     return rt_run_forward(p);
 }
 

@@ -43,7 +43,8 @@ enum {
     RT_GUARD_FAILED = 1,   /* failed_guard holds the guard number */
     RT_BUSY = 2,           /* another thread is replaying this program */
     RT_UNVERIFIED = 3,     /* rt_verify has not accepted this program */
-    RT_BADARG = 4          /* e.g. value_and_grad on a non-scalar output */
+    RT_BADARG = 4,         /* e.g. value_and_grad on a non-scalar output */
+    RT_NONFINITE = 5       /* an input value is nan or inf (nothing was run) */
 };
 
 typedef struct rt_program {

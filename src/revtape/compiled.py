@@ -34,7 +34,7 @@ if ffi.string(lib.rt_op_table_hash()).decode() != ops.OP_TABLE_HASH:  # pragma: 
     raise BuildMismatchError("the built C extension comes from another op table; rebuild it "
                              "with `pip install -e .`")
 
-RT_OK, RT_GUARD_FAILED, RT_BUSY, RT_UNVERIFIED, RT_BADARG = 0, 1, 2, 3, 4
+RT_OK, RT_GUARD_FAILED, RT_BUSY, RT_UNVERIFIED, RT_BADARG, RT_NONFINITE = 0, 1, 2, 3, 4, 5
 _F64 = np.dtype(np.float64)
 _ND = np.ndarray
 _empty = np.empty
@@ -177,6 +177,9 @@ class CompiledTape:
             raise ConcurrentUseError(
                 "this CompiledTape is being replayed by another thread; give each thread its "
                 "own copy (copy.deepcopy(ctape)) -- one CompiledTape serves one thread at a time")
+        if status == RT_NONFINITE:
+            raise InputError("replay input contains nan or inf; a tape replays finite inputs only "
+                             "(check the point your sampler or optimizer proposed)")
         if status == RT_BADARG:
             raise OutputError("a gradient needs a scalar output; use jacobian()")
         raise RevtapeError(f"the VM refused the call (status {status})")
