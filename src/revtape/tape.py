@@ -234,7 +234,6 @@ class Tape:
         return True
 
     def listing(self, limit=None):
-        names = {t._id: f"%{t._id}" for t in self._inputs}
         lines = []
         for k, (op, out, args, params) in enumerate(self._instrs):
             if limit is not None and k >= limit:
@@ -252,7 +251,6 @@ class Tape:
                 extra = ", " + ", ".join(f"{k2}={v}" for k2, v in shown.items())
             shape = shape_of(self._vals[out])
             lines.append(f"  %{out} = {op.name}({a}{extra})" + (f"  # {shape}" if shape else ""))
-        del names
         return lines
 
     def __repr__(self):

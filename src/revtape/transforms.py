@@ -429,7 +429,6 @@ class GradFunction:
         return self._result(value, grads)
 
     def _eager(self, args, kwargs):
-        from .api import GradientTape
         self._stats["records"] += 1
         tape = Tape()
         targs = list(args)
@@ -439,7 +438,6 @@ class GradFunction:
         tape._scalar_output()
         value = tape._vals[tape._output._id]
         grads = tape._grads_out(tape._reverse(1.0), None)
-        del GradientTape
         return self._result(value, grads)
 
     def _result(self, value, grads):
