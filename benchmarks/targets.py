@@ -1,0 +1,50 @@
+"""The compiled-tape speed targets, side by side in one run:
+
+    python benchmarks/targets.py
+
+For each workload: revtape's checked `value_and_gradient(x, out=g)`, the
+`bind` fast path and the hand-written C reference (csrc/reference.c, called
+through cffi with from_buffer on each call), as min and median microseconds
+of repeated batches, and the ratios to C that the targets are stated in.
+"""
+
+import time
+
+import numpy as np
+
+import revtape as rt
+from revtape import workloads
+from revtape._vm import ffi, lib
+
+
+def timed(fn, n, reps=15):
+    per_call = []
+    for _ in range(reps):
+        t = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        per_call.append((time.perf_counter_ns() - t) / n / 1000)
+    return min(per_call), float(np.median(per_call))
+
+
+def main():
+    cases = [(workloads.eight_schools(), 5000), (workloads.rosenbrock_loop(), 2000),
+             (workloads.rosenbrock_vec(), 100), (workloads.logreg(), 200),
+             (workloads.chain(1000), 200), (workloads.chain(10000), 20)]
+    print(f"{'workload':24s} {'checked us':>18s} {'bind us':>18s} {'C us':>18s}   ratios (min)")
+    for wl, n in cases:
+        ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
+        x, g = wl.x0.copy(), np.empty_like(wl.x0)
+        run, c_vg = ct.bind(x, g), wl.make_c_vg(ffi, lib)
+        np.testing.assert_allclose(run(), wl.numpy_vg(x)[0], rtol=1e-10)
+        checked = timed(lambda: ct.value_and_gradient(x, out=g), n)
+        bound = timed(run, n)
+        c = timed(lambda: c_vg(x, g), n)
+        name = f"{wl.name} {wl.params}"[:24]
+        fmt = lambda t: f"{t[0]:8.2f} /{t[1]:8.2f}"
+        print(f"{name:24s} {fmt(checked):>18s} {fmt(bound):>18s} {fmt(c):>18s}   "
+              f"checked/C {checked[0] / c[0]:.2f}  bind/C {bound[0] / c[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
