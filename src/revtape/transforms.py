@@ -371,7 +371,7 @@ class GradFunction:
         if len(args) == 1 and not kwargs and self.argnums == (0,):
             a = args[0]
             if type(a) is np.ndarray:
-                return (a.shape, a.dtype.char), [a], []
+                return (a.shape, a.dtype), [a], []
         key, diff, data = [], [], []
         for i, a in enumerate(args):
             if i in self.argnums:
