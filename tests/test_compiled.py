@@ -439,3 +439,23 @@ def test_non_finite_inputs_are_refused_by_every_replay(bad):
         run()
     xb[1] = 0.0
     assert run() == pytest.approx(10.0)
+
+
+def test_values_after_a_compiled_replay_are_readable_through_the_tape():
+    f = lambda x: np.sum(np.sin(x) * x)
+    x0, x1, x2 = np.array([0.1, 0.2]), np.array([1.0, -2.0]), np.array([0.5, 0.25])
+    tape = rt.GradientTape(f, x0)
+    ct = rt.compile(tape)
+    ct.gradient(x1)
+    assert rt.value(tape.output) == pytest.approx(f(x1))
+    np.testing.assert_array_equal(rt.value(tape.inputs[0]), x1)
+    g = np.empty(2)
+    run = ct.bind(x2.copy(), g)
+    run()
+    assert rt.value(tape.output) == pytest.approx(f(x2))
+    tape.forward(x0)                    # a reference replay takes over again
+    assert rt.value(tape.output) == pytest.approx(f(x0))
+    c2 = copy.deepcopy(ct)              # copies never carry the link to the arena
+    c2.gradient(x1)
+    assert rt.value(tape.output) == pytest.approx(f(x0))
+    assert rt.value(c2.tape.output) == pytest.approx(f(x1))

@@ -167,6 +167,10 @@ class CompiledTape:
         # written from Python, so a concurrent caller cannot corrupt a replay
         return ffi.from_buffer("double[]", np.concatenate([np.ravel(v) for v in parts]))
 
+    def _mark_replayed(self):
+        if self._tape is not None:
+            self._tape._replayed_by = self
+
     def _status(self, status):
         if status == RT_OK:
             return
@@ -228,6 +232,7 @@ class CompiledTape:
         prog = self._program
         y = np.empty(prog.out_len)
         self._status(lib.rt_forward(self._p, self._x_ptr(x), ffi.from_buffer("double[]", y)))
+        self._mark_replayed()
         return float(y[0]) if prog.out_shape == () else y.reshape(prog.out_shape)
 
     __call__ = forward
@@ -253,6 +258,7 @@ class CompiledTape:
                 st = _vg(self._p, xp, value, gp)
                 if st:
                     self._status(st)
+                self._tape._replayed_by = self
                 return value[0], out
         return self._value_and_gradient(x, out)
 
@@ -265,6 +271,7 @@ class CompiledTape:
         st = lib.rt_value_and_grad(self._p, self._x_ptr(x), value, ffi.from_buffer("double[]", g))
         if st:
             self._status(st)
+        self._tape._replayed_by = self
         return value[0], self._split_grad(g, user)
 
     def gradient(self, x, out=None):
@@ -287,7 +294,7 @@ class CompiledTape:
             raise InputError("g_buf must be writeable")
         if np.shares_memory(x_buf, g_buf):
             raise InputError("x_buf and g_buf must not overlap")
-        p, vg, status = self._p, lib.rt_value_and_grad, self._status
+        p, vg, status, tape = self._p, lib.rt_value_and_grad, self._status, self._tape
         xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
         value = ffi.new("double *")
 
@@ -295,6 +302,7 @@ class CompiledTape:
             st = vg(p, xp, value, gp)
             if st:
                 status(st)
+            tape._replayed_by = self
             return value[0]
 
         run.ctape = self          # keeps the program (and the buffers, via xp/gp) alive
@@ -314,6 +322,7 @@ class CompiledTape:
         J = np.empty((m, n))
         self._status(lib.rt_jacobian(self._p, self._x_ptr(x), ffi.NULL,
                                      ffi.from_buffer("double[]", J)))
+        self._mark_replayed()
         parts, k = [], 0
         for shape in self._grad_shapes:
             size = int(np.prod(shape, dtype=np.int64))
@@ -334,6 +343,7 @@ class CompiledTape:
         g = np.empty(self._g_len)
         self._status(lib.rt_vjp(self._p, self._x_ptr(x), ffi.from_buffer("double[]", wv),
                                 ffi.NULL, ffi.from_buffer("double[]", g)))
+        self._mark_replayed()
         return self._split_grad(g, None)
 
     # ------------------------------------------------ HessianTape programs
@@ -346,6 +356,7 @@ class CompiledTape:
             self._status(RT_BUSY)
         try:
             self._status(lib.rt_forward(self._p, self._x_ptr(x), ffi.NULL))
+            self._mark_replayed()
             g = self._output_value()
             value = float(self._vals[self._program.value_off])
         finally:

@@ -115,6 +115,7 @@ class Tape:
         self._n_guards = 0
         self._active = None       # cache: node ids that depend on an input
         self._htape = None        # cache: the traced gradient tape for hessian()
+        self._replayed_by = None  # the CompiledTape whose arena holds the last replay
 
     # ------------------------------------------------ recording
     @property
@@ -265,6 +266,20 @@ class Tape:
         if self._recording:
             raise RevtapeError("this tape is still recording; call tape.finish(output) first")
 
+    def _pull_replay(self):
+        """Bring the last compiled replay's input and output values into this tape,
+        so that rt.value(tape.output) and rt.value(tape.inputs[i]) report it (as
+        after a reference replay).  Done lazily, when a value is read, so that
+        the compiled hot path only marks the tape."""
+        ctape, self._replayed_by = self._replayed_by, None
+        arena, prog = ctape._vals, ctape._program
+        for t, (off, shape, is_float) in zip(self._inputs, prog.inputs):
+            self._vals[t._id] = (float(arena[off]) if is_float else
+                                 arena[off:off + math.prod(shape)].reshape(shape).copy())
+        out = prog.out_off
+        self._vals[self._output._id] = (float(arena[out]) if prog.out_shape == () else
+                                        arena[out:out + prog.out_len].reshape(prog.out_shape).copy())
+
     def _set_inputs(self, x):
         """Validate a replay input against the recorded inputs and store it."""
         n = len(self._inputs)
@@ -280,6 +295,7 @@ class Tape:
             new.append(check_input(xi, shape_of(rec), float_input=type(rec) is float))
         for t, v in zip(self._inputs, new):
             self._vals[t._id] = v
+        self._replayed_by = None
 
     def _run_forward(self):
         vals = self._vals
@@ -409,6 +425,7 @@ class Tape:
         state = dict(self.__dict__)
         state["_active"] = None
         state["_htape"] = None
+        state["_replayed_by"] = None
         state.pop("_func", None)   # the user's function is not needed to replay
         return state
 

@@ -78,7 +78,12 @@ class Tracked:
     # ------------------------------------------------ state
     @property
     def value(self):
-        return self._const if self._id < 0 else self._tape._vals[self._id]
+        if self._id < 0:
+            return self._const
+        tape = self._tape
+        if tape._replayed_by is not None:
+            tape._pull_replay()
+        return tape._vals[self._id]
 
     @property
     def tape(self):
