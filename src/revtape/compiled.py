@@ -19,7 +19,7 @@ import numpy as np
 
 from . import compiler
 from .errors import (BuildMismatchError, ConcurrentUseError, InputError, OutputError,
-                     RevtapeError, UnsupportedError, VerificationError)
+                     RevtapeError, VerificationError)
 from .tape import branch_changed, check_input, check_out
 
 try:
@@ -429,4 +429,4 @@ def _arity(name):
     return 1
 
 
-__all__ = ["CompiledTape", "UnsupportedError"]
+__all__ = ["CompiledTape"]
