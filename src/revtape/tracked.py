@@ -404,9 +404,23 @@ def dot(a, b):
     return P.matmul(a, b)
 
 
+_NOVALUE = getattr(np, "_NoValue", None)
+
+
+def _trivial(k, v):
+    """An extra reduction argument that changes nothing (numpy's defaults)."""
+    if v is None or v is _NOVALUE:
+        return True
+    if k == "where":
+        return v is True
+    if k == "dtype":
+        return np.dtype(v) == np.float64
+    return False
+
+
 def reduce(name, x, axis=None, keepdims=False, **unused):
     for k, v in unused.items():
-        if v is not None and k not in ("dtype", "out", "initial", "where") or k == "out" and v is not None:
+        if not _trivial(k, v):
             raise UnsupportedError(f"np.{name}(..., {k}=...) is not supported on tracked values")
     shape = shape_of(_value_of(x))
     return getattr(P, name)(x, axis=ops._as_tuple_axis(axis, len(shape)), keepdims=bool(keepdims))
