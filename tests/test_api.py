@@ -342,3 +342,41 @@ def test_hessian_and_gradient_of_2d_input():
         for j in range(2):
             expected[i, j, i, j] = 6 * A[i, j]
     np.testing.assert_array_equal(H, expected)
+
+
+def _tuple_f(a, b, c):
+    return np.sum(np.sin(a) * b) * c + c ** 3
+
+
+def _flat_f(z):
+    return _tuple_f(z[:2], z[2:4].reshape(1, 2), z[4])
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_hessian_of_a_tuple_input_is_a_tuple_of_blocks(compiled):
+    a, b, c = np.array([0.3, 0.7]), np.array([[1.0, 2.0]]), 1.5
+    tape = rt.HessianTape(_tuple_f, (a, b, c))
+    t = rt.compile(tape) if compiled else tape
+    x = (a * 2, b - 1, c + 1)
+    z = np.concatenate([x[0], x[1].ravel(), [x[2]]])
+    H_flat = rt.hessian(_flat_f, z)
+    H = t.hessian(x)
+    bounds = [0, 2, 4, 5]
+    shapes = [(2,), (1, 2), ()]
+    for i in range(3):
+        for j in range(3):
+            assert np.shape(H[i][j]) == shapes[i] + shapes[j]
+            np.testing.assert_allclose(np.reshape(H[i][j], (bounds[i + 1] - bounds[i], -1)),
+                                       H_flat[bounds[i]:bounds[i + 1], bounds[j]:bounds[j + 1]],
+                                       rtol=1e-12)
+    g = t.gradient(x)
+    assert isinstance(g, tuple) and np.shape(g[1]) == (1, 2) and isinstance(g[2], float)
+    np.testing.assert_allclose(np.concatenate([np.ravel(p) for p in g]), rt.gradient(_flat_f, z),
+                               rtol=1e-12)
+    v = (np.ones(2), np.full((1, 2), 0.5), -1.0)
+    hv = t.hvp(x, v)
+    np.testing.assert_allclose(np.concatenate([np.ravel(p) for p in hv]),
+                               H_flat @ np.array([1.0, 1.0, 0.5, 0.5, -1.0]), rtol=1e-12)
+    assert t.forward(x) == pytest.approx(_tuple_f(*x))
+    assert rt.hessian(_tuple_f, (a, b, c))[2][2] == pytest.approx(rt.hessian(_flat_f, np.concatenate(
+        [a, b.ravel(), [c]]))[4, 4])

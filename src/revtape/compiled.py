@@ -55,6 +55,7 @@ class CompiledTape:
         self._guards = guards
         self._n_grad_inputs = n_grad
         self._kind = _kind_of(tape)
+        self._parts = getattr(tape, "_parts", None)   # a HessianTape of a tuple input
         self._hess = None
         self._program = _program or compiler.compile_tape(tape, guards, n_grad)
         self._load()
@@ -350,8 +351,19 @@ class CompiledTape:
     def _hessian_value_and_gradient(self, x, out):
         # f's value sits beside the output in the arena: read it under a lock so
         # that a concurrent caller gets ConcurrentUseError, not another's value.
+        parts = self._parts
+        if parts is not None:
+            value, g = self._flat_value_and_gradient(parts.flatten(x))
+            return value, parts.split_result(g, out)
         if out is not None:
             check_out(out, [np.empty(self._grad_shapes[0])])
+        value, g = self._flat_value_and_gradient(x)
+        if out is not None:
+            out[...] = g
+            g = out
+        return value, g
+
+    def _flat_value_and_gradient(self, x):
         if not self._lock.acquire(blocking=False):
             self._status(RT_BUSY)
         try:
@@ -361,20 +373,23 @@ class CompiledTape:
             value = float(self._vals[self._program.value_off])
         finally:
             self._lock.release()
-        if out is not None:
-            out[...] = g
-            g = out
         return value, g
 
     def hessian(self, x, out=None):
         """The Hessian at x (input.shape * 2): one reverse sweep of the gradient
         program per input element, in C."""
         h = self._hessian_program()
+        if h._parts is not None:
+            flat = h._parts.flatten(x)
+            return h._parts.blocks(h._jacobian(flat, None, flat.shape), out)
         return h._jacobian(x, out, h._grad_shapes[0])
 
     def hvp(self, x, v):
         """H(x) v: one forward and one reverse sweep of the gradient program."""
-        return self._hessian_program().vjp(x, v)
+        h = self._hessian_program()
+        if h._parts is not None:
+            return h._parts.split_result(h.vjp(h._parts.flatten(x), h._parts.flatten(v)), None)
+        return h.vjp(x, v)
 
     def _hessian_program(self):
         """This program if it is a HessianTape's; else the compiled gradient tape of
