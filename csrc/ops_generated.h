@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "39ed0152ef85f5f6"
+#define RT_OP_TABLE_HASH "d617caf797958ecf"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -110,7 +110,8 @@
     X(SCATTER_ADD) \
     X(SCATTER) \
     X(MATMUL) \
-    X(CLIP)
+    X(CLIP) \
+    X(AXPY)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */
 #define RT_UNARY(X) \

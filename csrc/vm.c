@@ -54,7 +54,7 @@
 
 /* Compile-time check that the switches below cover every opcode: the cases
  * are generated from the family tables, plus 3 WHERE variants and 5
- * hand-written kernels (GATHER, SCATTER_ADD, SCATTER, MATMUL, CLIP).  Case
+ * hand-written kernels (GATHER, SCATTER_ADD, SCATTER, MATMUL, CLIP, AXPY).  Case
  * labels are distinct (a duplicate does not compile) and every label is an
  * opcode, so equal counts mean full coverage.  A new family or kernel in
  * ops.py changes RT_NUM_OPS and this array gets a negative size. */
@@ -63,7 +63,7 @@
 enum {
     RT_N_CASES_ = 0 RT_UNARY(RT_COUNT1_) RT_UNARY_ND(RT_COUNT1_) RT_BINARY(RT_COUNT3_)
                   RT_BINARY_ND(RT_COUNT3_) RT_REDUCE(RT_COUNT1_) RT_GUARDS(RT_COUNT1_)
-                  + 3 /* WHERE_VV/VS/SV */ + 5 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP */
+                  + 3 /* WHERE_VV/VS/SV */ + 6 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY */
 };
 typedef char rt_every_opcode_has_a_case_[((int)RT_N_CASES_ == (int)RT_NUM_OPS) ? 1 : -1];
 /* The reduction kernels are hand-written: exactly these seven. */
@@ -352,6 +352,16 @@ vm_next:
             const double t = v[b];
             for (i = 0; i < n; i++)
                 v[o + i] = v[a + i] != 0.0 ? t : v[c + i];
+            VM_NEXT;
+        }
+        VM_CASE(AXPY) {
+            /* out = a + b*c (b one scalar): rounded as the add of a rounded
+             * product, exactly like the two instructions it replaces. */
+            const double t = v[b];
+            for (i = 0; i < n; i++) {
+                const double prod = t * v[c + i];
+                v[o + i] = v[a + i] + prod;
+            }
             VM_NEXT;
         }
         VM_CASE(CLIP) {
@@ -646,6 +656,22 @@ vm_next:
             if (fl & 2) d[b] += st;
             VM_NEXT;
         }
+        VM_CASE(AXPY) {
+            /* The add's reverse, then the product's, in the order the two
+             * separate instructions would accumulate them. */
+            const double t = v[b];
+            double sb = 0.0;
+            for (i = 0; i < n; i++) {
+                const double g = d[o + i];
+                if (g != 0.0) {
+                    if (fl & 1) d[a + i] += g;
+                    if (fl & 2) sb += g * v[c + i];
+                    if (fl & 4) d[c + i] += g * t;
+                }
+            }
+            if (fl & 2) d[b] += sb;
+            VM_NEXT;
+        }
         VM_CASE(CLIP) {
             /* Zero at the bounds (autograd's convention).  The bounds are
              * constants: flags 2 and 4 are ignored. */
@@ -913,6 +939,7 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
     case RT_OP_WHERE_VS: la = n; lb = n; lc = 1; break;
     case RT_OP_WHERE_SV: la = n; lb = 1; lc = n; break;
     case RT_OP_CLIP:     la = n; lb = 1; lc = 1; break;
+    case RT_OP_AXPY:     la = n; lb = 1; lc = n; break;
     /* Listed by hand, like their kernels: a reduction added to ops.py
      * without a kernel here is rejected (and fails the count check). */
     case RT_OP_REDUCE_MAX:

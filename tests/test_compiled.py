@@ -459,3 +459,35 @@ def test_values_after_a_compiled_replay_are_readable_through_the_tape():
     c2.gradient(x1)
     assert rt.value(tape.output) == pytest.approx(f(x0))
     assert rt.value(c2.tape.output) == pytest.approx(f(x1))
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: x[0] + 0.001 * np.sin(x[1]),                 # a + c*b: fused
+    lambda x: 0.5 * x[0] * x[1] + x[0],                     # product on the left
+    lambda x: x[0] * x[0] + x[0] * 3.0,                     # b == c, two candidates
+    lambda x: x[1] + x[0] * x[1] + x[0] * x[1] * 2.0,       # a product used twice stays apart
+    lambda x: (x[0] * 2.0 + x[1]) * (x[0] * 2.0) + x[0],
+])
+def test_fused_multiply_add_gives_the_same_bits_as_the_pair(f, monkeypatch):
+    x0 = np.array([0.37, -1.21])
+    tape = rt.GradientTape(f, x0)
+    fused = rt.compile(tape)
+    monkeypatch.setattr(compiler._Lowering, "fusions", lambda self: ({}, {}))
+    pair = rt.compile(tape)
+    assert len(fused) < len(pair)
+    for x in (x0, x0 * 1.7, -x0):
+        v, g = fused.value_and_gradient(x)
+        v2, g2 = pair.value_and_gradient(x)
+        assert v == v2
+        np.testing.assert_array_equal(g, g2)
+        v_ref, g_ref = tape.value_and_gradient(x)
+        assert v == pytest.approx(v_ref, rel=1e-15)
+        np.testing.assert_allclose(g, g_ref, rtol=1e-14)
+
+
+def test_chain_steps_fuse_into_axpy():
+    wl = workloads.chain(50)
+    ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    names = [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]]
+    assert names.count("AXPY") == 50 and len(names) == 150
+    np.testing.assert_allclose(ct.gradient(wl.x0), wl.numpy_vg(wl.x0)[1], rtol=1e-13)

@@ -437,7 +437,7 @@ def _grad_shapes(prog, n_grad_inputs):
 
 
 def _arity(name):
-    if name.startswith("WHERE") or name == "CLIP":
+    if name.startswith("WHERE") or name in ("CLIP", "AXPY"):
         return 3
     if name.endswith(("_VV", "_VS", "_SV")):
         return 2

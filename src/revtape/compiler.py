@@ -31,6 +31,7 @@ WORDS = 6
 FLAGS_SHIFT = 16
 OPC = ops.OPCODE
 _GUARD = ops.OPS["guard"]
+_ADD, _MUL = ops.OPS["add"], ops.OPS["mul"]
 
 
 @dataclass
@@ -107,6 +108,7 @@ class _Lowering:
         roots = {tape._output._id}
         if getattr(tape, "_value_id", None) is not None:
             roots.add(tape._value_id)
+        self.roots = roots
         live = set(roots)
         kept = []
         for instr in reversed(tape._instrs):
@@ -192,11 +194,52 @@ class _Lowering:
         idx = np.broadcast_to(src, shape)
         return self.gather(self.offset[node], _size(s), idx, node in self.adj)
 
+    def fusions(self):
+        """Scalar `a + b*c` pairs to emit as one AXPY: {mul index: add index} and
+        {add index: (mul index, product node)}.  The product must be used once
+        and no instruction between the two may read b or c, so that the fused
+        reverse accumulates every adjoint in the same order as the pair would
+        (bit-for-bit the same gradients)."""
+        kept, vals = self.kept, self.vals
+        uses = {}
+        for op, out, args, params in kept:
+            for a in args:
+                uses[a] = uses.get(a, 0) + 1
+        producer, mul_of, add_of = {}, {}, {}
+        for k, (op, out, args, params) in enumerate(kept):
+            if op is _ADD and type(vals[out]) is float:
+                for t in args:
+                    i = producer.get(t)
+                    if i is None or uses.get(t) != 1 or t in self.roots or k - i > 8:
+                        continue
+                    factors = set(kept[i][2])
+                    if any(factors.intersection(kept[m][2]) for m in range(i + 1, k)):
+                        continue
+                    mul_of[i], add_of[k] = k, (i, t)
+                    break
+            elif op is _MUL and type(vals[out]) is float:
+                producer[out] = k
+        return mul_of, add_of
+
     def lower(self):
         vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
-        for instr in self.kept:
+        fused_mul, fused_add = self.fusions()
+        for k, instr in enumerate(self.kept):
             op, out, args, params = instr
             fam = op.family
+            if k in fused_mul:
+                continue                      # emitted inside the AXPY of its add
+            if k in fused_add:
+                i, t = fused_add[k]
+                other = args[1] if args[0] == t else args[0]
+                x, y = self.kept[i][2]
+                o = self.next_free
+                self.next_free = o + 1
+                offset[out] = o
+                flags = (other in adj) | ((x in adj) << 1) | ((y in adj) << 2)
+                words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), 1, o, offset[other],
+                              offset[x], offset[y]))
+                continue
             if type(vals[out]) is float and fam in _SCALAR_FAMILIES:
                 # scalar code: one element, no broadcasting to work out
                 o = self.next_free
