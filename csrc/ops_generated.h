@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "d617caf797958ecf"
+#define RT_OP_TABLE_HASH "7209efc3061a530b"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -111,7 +111,8 @@
     X(SCATTER) \
     X(MATMUL) \
     X(CLIP) \
-    X(AXPY)
+    X(AXPY) \
+    X(SQDIFF)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */
 #define RT_UNARY(X) \

@@ -54,7 +54,7 @@
 
 /* Compile-time check that the switches below cover every opcode: the cases
  * are generated from the family tables, plus 3 WHERE variants and 5
- * hand-written kernels (GATHER, SCATTER_ADD, SCATTER, MATMUL, CLIP, AXPY).  Case
+ * hand-written kernels (GATHER, SCATTER_ADD, SCATTER, MATMUL, CLIP, AXPY, SQDIFF).  Case
  * labels are distinct (a duplicate does not compile) and every label is an
  * opcode, so equal counts mean full coverage.  A new family or kernel in
  * ops.py changes RT_NUM_OPS and this array gets a negative size. */
@@ -63,7 +63,7 @@
 enum {
     RT_N_CASES_ = 0 RT_UNARY(RT_COUNT1_) RT_UNARY_ND(RT_COUNT1_) RT_BINARY(RT_COUNT3_)
                   RT_BINARY_ND(RT_COUNT3_) RT_REDUCE(RT_COUNT1_) RT_GUARDS(RT_COUNT1_)
-                  + 3 /* WHERE_VV/VS/SV */ + 6 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY */
+                  + 3 /* WHERE_VV/VS/SV */ + 7 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF */
 };
 typedef char rt_every_opcode_has_a_case_[((int)RT_N_CASES_ == (int)RT_NUM_OPS) ? 1 : -1];
 /* The reduction kernels are hand-written: exactly these seven. */
@@ -361,6 +361,14 @@ vm_next:
             for (i = 0; i < n; i++) {
                 const double prod = t * v[c + i];
                 v[o + i] = v[a + i] + prod;
+            }
+            VM_NEXT;
+        }
+        VM_CASE(SQDIFF) {
+            /* out = (a - b)^2, rounded like SUB then SQUARE. */
+            for (i = 0; i < n; i++) {
+                const double t = v[a + i] - v[b + i];
+                v[o + i] = t * t;
             }
             VM_NEXT;
         }
@@ -672,6 +680,21 @@ vm_next:
             if (fl & 2) d[b] += sb;
             VM_NEXT;
         }
+        VM_CASE(SQDIFF) {
+            /* SQUARE's reverse gives the difference its adjoint gt; SUB's
+             * reverse (skipped when gt is zero) passes gt and -gt on. */
+            for (i = 0; i < n; i++) {
+                const double g = d[o + i];
+                if (g != 0.0) {
+                    const double t = v[a + i] - v[b + i], gt = g * (2.0 * t);
+                    if (gt != 0.0) {
+                        if (fl & 1) d[a + i] += gt * 1.0;
+                        if (fl & 2) d[b + i] += gt * -1.0;
+                    }
+                }
+            }
+            VM_NEXT;
+        }
         VM_CASE(CLIP) {
             /* Zero at the bounds (autograd's convention).  The bounds are
              * constants: flags 2 and 4 are ignored. */
@@ -940,6 +963,7 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
     case RT_OP_WHERE_SV: la = n; lb = 1; lc = n; break;
     case RT_OP_CLIP:     la = n; lb = 1; lc = 1; break;
     case RT_OP_AXPY:     la = n; lb = 1; lc = n; break;
+    case RT_OP_SQDIFF:   la = n; lb = n; break;
     /* Listed by hand, like their kernels: a reduction added to ops.py
      * without a kernel here is rejected (and fails the count check). */
     case RT_OP_REDUCE_MAX:

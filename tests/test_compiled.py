@@ -467,8 +467,11 @@ def test_values_after_a_compiled_replay_are_readable_through_the_tape():
     lambda x: x[0] * x[0] + x[0] * 3.0,                     # b == c, two candidates
     lambda x: x[1] + x[0] * x[1] + x[0] * x[1] * 2.0,       # a product used twice stays apart
     lambda x: (x[0] * 2.0 + x[1]) * (x[0] * 2.0) + x[0],
+    lambda x: (x[0] - x[1]) ** 2 + (1.0 - x[0]) ** 2,        # square of a difference: fused
+    lambda x: (x[0] - x[0]) ** 2 + 100.0 * (x[1] - x[0] ** 2) ** 2,
+    lambda x: (x[0] - x[1]) ** 2 * (x[0] - x[1]),            # difference used twice stays apart
 ])
-def test_fused_multiply_add_gives_the_same_bits_as_the_pair(f, monkeypatch):
+def test_fused_pairs_give_the_same_bits_as_the_pair(f, monkeypatch):
     x0 = np.array([0.37, -1.21])
     tape = rt.GradientTape(f, x0)
     fused = rt.compile(tape)

@@ -439,7 +439,7 @@ def _grad_shapes(prog, n_grad_inputs):
 def _arity(name):
     if name.startswith("WHERE") or name in ("CLIP", "AXPY"):
         return 3
-    if name.endswith(("_VV", "_VS", "_SV")):
+    if name.endswith(("_VV", "_VS", "_SV")) or name == "SQDIFF":
         return 2
     return 1
 

@@ -31,7 +31,7 @@ WORDS = 6
 FLAGS_SHIFT = 16
 OPC = ops.OPCODE
 _GUARD = ops.OPS["guard"]
-_ADD, _MUL = ops.OPS["add"], ops.OPS["mul"]
+_ADD, _MUL, _SUB, _SQUARE = (ops.OPS[n] for n in ("add", "mul", "sub", "square"))
 
 
 @dataclass
@@ -195,31 +195,46 @@ class _Lowering:
         return self.gather(self.offset[node], _size(s), idx, node in self.adj)
 
     def fusions(self):
-        """Scalar `a + b*c` pairs to emit as one AXPY: {mul index: add index} and
-        {add index: (mul index, product node)}.  The product must be used once
-        and no instruction between the two may read b or c, so that the fused
-        reverse accumulates every adjoint in the same order as the pair would
-        (bit-for-bit the same gradients)."""
+        """Scalar pairs to emit as one superinstruction: {inner index: outer
+        index} for the instructions absorbed, and {outer index: (kind, inner
+        index, inner result)} for where the fused instruction goes.  Fused:
+        `a + b*c` (AXPY) and `(a - b)**2` (SQDIFF).  The inner result must be
+        used once, and no instruction between the two may read the inner
+        operands, so the fused reverse accumulates every adjoint in the same
+        order as the pair would (bit-for-bit the same gradients)."""
         kept, vals = self.kept, self.vals
         uses = {}
         for op, out, args, params in kept:
             for a in args:
                 uses[a] = uses.get(a, 0) + 1
-        producer, mul_of, add_of = {}, {}, {}
+        producer, inner_of, outer_of = {}, {}, {}
+
+        def fusable(t, k, want):
+            i = producer.get(t)
+            if (i is None or kept[i][0] is not want or uses.get(t) != 1 or t in self.roots
+                    or k - i > 8 or i in inner_of):
+                return None
+            operands = set(kept[i][2])
+            if any(operands.intersection(kept[m][2]) for m in range(i + 1, k)):
+                return None
+            return i
+
         for k, (op, out, args, params) in enumerate(kept):
-            if op is _ADD and type(vals[out]) is float:
+            if type(vals[out]) is not float:
+                continue
+            if op is _ADD:
                 for t in args:
-                    i = producer.get(t)
-                    if i is None or uses.get(t) != 1 or t in self.roots or k - i > 8:
-                        continue
-                    factors = set(kept[i][2])
-                    if any(factors.intersection(kept[m][2]) for m in range(i + 1, k)):
-                        continue
-                    mul_of[i], add_of[k] = k, (i, t)
-                    break
-            elif op is _MUL and type(vals[out]) is float:
+                    i = fusable(t, k, _MUL)
+                    if i is not None:
+                        inner_of[i], outer_of[k] = k, ("AXPY", i, t)
+                        break
+            elif op is _SQUARE:
+                i = fusable(args[0], k, _SUB)
+                if i is not None:
+                    inner_of[i], outer_of[k] = k, ("SQDIFF", i, args[0])
+            if op is _MUL or op is _SUB:
                 producer[out] = k
-        return mul_of, add_of
+        return inner_of, outer_of
 
     def lower(self):
         vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
@@ -230,15 +245,20 @@ class _Lowering:
             if k in fused_mul:
                 continue                      # emitted inside the AXPY of its add
             if k in fused_add:
-                i, t = fused_add[k]
-                other = args[1] if args[0] == t else args[0]
+                kind, i, t = fused_add[k]
                 x, y = self.kept[i][2]
                 o = self.next_free
                 self.next_free = o + 1
                 offset[out] = o
-                flags = (other in adj) | ((x in adj) << 1) | ((y in adj) << 2)
-                words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), 1, o, offset[other],
-                              offset[x], offset[y]))
+                if kind == "AXPY":
+                    other = args[1] if args[0] == t else args[0]
+                    flags = (other in adj) | ((x in adj) << 1) | ((y in adj) << 2)
+                    words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), 1, o, offset[other],
+                                  offset[x], offset[y]))
+                else:
+                    flags = (x in adj) | ((y in adj) << 1)
+                    words.append((OPC["SQDIFF"] | (flags << FLAGS_SHIFT), 1, o, offset[x],
+                                  offset[y], 0))
                 continue
             if type(vals[out]) is float and fam in _SCALAR_FAMILIES:
                 # scalar code: one element, no broadcasting to work out

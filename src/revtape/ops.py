@@ -466,10 +466,11 @@ for _name, _f in _SCALAR_FWD.items():
 # the other families.  The VM never asks whether an operand is a scalar.
 
 BINARY_VARIANTS = ("VV", "VS", "SV")
-# AXPY is a superinstruction the compiler fuses from `a + b * c` when the
-# product is used once (out = a + b*c, b one scalar): the same two roundings,
-# one dispatch and one arena round trip fewer.
-VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY")
+# Superinstructions the compiler fuses from pairs whose inner result is used
+# once, with the same roundings as the pair and one dispatch and one arena
+# round trip fewer: AXPY = a + b*c (b one scalar), SQDIFF = (a - b)**2 (the
+# residual of every Gaussian log density and least-squares loss).
+VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF")
 
 
 def _vm_opcodes():
