@@ -28,15 +28,7 @@ def test_hmc(benchmark, column):
     col, rec = ready_column(column, "eight-schools")
     wl = rec.wl
     x0 = np.array(wl.x0, dtype=np.float64)
-    if column == "revtape-bind":
-        xb, gb = col.keep
-        run = col.call
-
-        def vg(_q):
-            return run(), gb
-        kw = {"proposal_buf": xb}
-    else:
-        vg, kw = col.vg, {}
+    vg, kw = C.sampler_callable(column, col)
     t0 = time.perf_counter()
     samples, acc = hmc(vg, x0, N_ITER, **kw)
     once = time.perf_counter() - t0

@@ -372,16 +372,7 @@ class Bench:
         except Exception as exc:
             return _col("mismatch", f"raised {type(exc).__name__}: {exc}")
         x0 = np.ascontiguousarray(wl.x0, dtype=np.float64)
-        if name == "revtape-bind":
-            xb, gb = col.keep
-            run = col.call
-
-            def vg(_q):
-                return run(), gb
-
-            kw = {"proposal_buf": xb}
-        else:
-            vg, kw = col.vg, {}
+        vg, kw = C.sampler_callable(name, col)
         pilot = 5
         t0 = time.perf_counter()
         hmc(vg, x0, pilot, **kw)

@@ -399,6 +399,22 @@ def measure(loop, cfg: TimingConfig, t_call_s: float | None = None) -> dict:
             "max_us": float(per_call.max()), "batch_size": n, "batches": len(batches)}
 
 
-__all__ = ["Column", "Skip", "Mismatch", "Recorded", "TimingConfig", "record", "build_column",
+__all__ = ["Column", "Skip", "Mismatch", "Recorded", "TimingConfig", "record", "build_column", "sampler_callable",
            "verify", "measure", "program_stats", "timing_point", "check_points", "rel_err",
            "vm", "REVTAPE_COLUMNS", "W"]
+
+
+def sampler_callable(name, col):
+    """(vg, hmc keyword arguments) that drive bench.hmc.hmc with this column.
+    The bound column replays in place: the sampler writes its proposals into
+    the bound x buffer and reads the bound gradient buffer."""
+    if name == "revtape-bind":
+        xb, gb = col.keep
+        run = col.call
+
+        def vg(_q):
+            return run(), gb
+
+        return vg, {"proposal_buf": xb}
+    return col.vg, {}
+
