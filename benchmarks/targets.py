@@ -6,8 +6,13 @@ For each workload: revtape's checked `value_and_gradient(x, out=g)`, the
 `bind` fast path and the hand-written C reference (csrc/reference.c, called
 through cffi with from_buffer on each call), as min and median microseconds
 of repeated batches, and the ratios to C that the targets are stated in.
+
+"checked" passes the same x every call, as a loop that updates x in place
+does; "new x" alternates between two arrays, so the checked entry converts x
+to a C pointer on every call (a sampler that builds a new array per step).
 """
 
+import itertools
 import time
 
 import numpy as np
@@ -32,18 +37,21 @@ def main():
              (workloads.rosenbrock_vec(), 100), (workloads.logreg(), 200),
              (workloads.chain(1000), 200), (workloads.chain(10000), 20)]
     print(f"{'workload':24s} {'checked us':>18s} {'bind us':>18s} {'C us':>18s}   ratios (min)")
+    fmt = lambda t: f"{t[0]:8.2f} /{t[1]:8.2f}"
     for wl, n in cases:
         ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
         x, g = wl.x0.copy(), np.empty_like(wl.x0)
         run, c_vg = ct.bind(x, g), wl.make_c_vg(ffi, lib)
         np.testing.assert_allclose(run(), wl.numpy_vg(x)[0], rtol=1e-10)
         checked = timed(lambda: ct.value_and_gradient(x, out=g), n)
+        xs = itertools.cycle([x, x.copy()])
+        new_x = timed(lambda: ct.value_and_gradient(next(xs), out=g), n)
         bound = timed(run, n)
         c = timed(lambda: c_vg(x, g), n)
         name = f"{wl.name} {wl.params}"[:24]
-        fmt = lambda t: f"{t[0]:8.2f} /{t[1]:8.2f}"
         print(f"{name:24s} {fmt(checked):>18s} {fmt(bound):>18s} {fmt(c):>18s}   "
-              f"checked/C {checked[0] / c[0]:.2f}  bind/C {bound[0] / c[0]:.2f}")
+              f"checked/C {checked[0] / c[0]:.2f}  new x/C {new_x[0] / c[0]:.2f}  "
+              f"bind/C {bound[0] / c[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "7209efc3061a530b"
+#define RT_OP_TABLE_HASH "1a8375479fb4aeb4"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -112,7 +112,8 @@
     X(MATMUL) \
     X(CLIP) \
     X(AXPY) \
-    X(SQDIFF)
+    X(SQDIFF) \
+    X(CSUM)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */
 #define RT_UNARY(X) \

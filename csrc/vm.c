@@ -54,7 +54,7 @@
 
 /* Compile-time check that the switches below cover every opcode: the cases
  * are generated from the family tables, plus 3 WHERE variants and 5
- * hand-written kernels (GATHER, SCATTER_ADD, SCATTER, MATMUL, CLIP, AXPY, SQDIFF).  Case
+ * hand-written kernels (GATHER, SCATTER_ADD, SCATTER, MATMUL, CLIP, AXPY, SQDIFF, CSUM).  Case
  * labels are distinct (a duplicate does not compile) and every label is an
  * opcode, so equal counts mean full coverage.  A new family or kernel in
  * ops.py changes RT_NUM_OPS and this array gets a negative size. */
@@ -63,7 +63,7 @@
 enum {
     RT_N_CASES_ = 0 RT_UNARY(RT_COUNT1_) RT_UNARY_ND(RT_COUNT1_) RT_BINARY(RT_COUNT3_)
                   RT_BINARY_ND(RT_COUNT3_) RT_REDUCE(RT_COUNT1_) RT_GUARDS(RT_COUNT1_)
-                  + 3 /* WHERE_VV/VS/SV */ + 7 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF */
+                  + 3 /* WHERE_VV/VS/SV */ + 8 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM */
 };
 typedef char rt_every_opcode_has_a_case_[((int)RT_N_CASES_ == (int)RT_NUM_OPS) ? 1 : -1];
 /* The reduction kernels are hand-written: exactly these seven. */
@@ -370,6 +370,21 @@ vm_next:
                 const double t = v[a + i] - v[b + i];
                 v[o + i] = t * t;
             }
+            VM_NEXT;
+        }
+        VM_CASE(CSUM) {
+            /* out = a (+/-) the n terms listed at ints[c..c+n), in order: the
+             * partial sums round exactly as the chain of adds they replace.
+             * An entry e >= 0 adds v[e], e < 0 subtracts v[~e]. */
+            double acc = v[a];
+            for (i = 0; i < n; i++) {
+                const int32_t e = ints[c + i];
+                if (e >= 0)
+                    acc = acc + v[e];
+                else
+                    acc = acc - v[~e];
+            }
+            v[o] = acc;
             VM_NEXT;
         }
         VM_CASE(CLIP) {
@@ -695,6 +710,24 @@ vm_next:
             }
             VM_NEXT;
         }
+        VM_CASE(CSUM) {
+            /* Every link of the chain passes its adjoint on unchanged, so
+             * each term gets g (or g * -1.0, as SUB's reverse gives it); the
+             * compiler fuses only terms nothing else reads, so the order of
+             * these writes changes no bit.  Terms always need an adjoint. */
+            const double g = d[o];
+            if (g != 0.0) {
+                if (fl & 1) d[a] += g * 1.0;
+                for (i = 0; i < n; i++) {
+                    const int32_t e = ints[c + i];
+                    if (e >= 0)
+                        d[e] += g * 1.0;
+                    else
+                        d[~e] += g * -1.0;
+                }
+            }
+            VM_NEXT;
+        }
         VM_CASE(CLIP) {
             /* Zero at the bounds (autograd's convention).  The bounds are
              * constants: flags 2 and 4 are ignored. */
@@ -998,6 +1031,22 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
         if (opcode == RT_OP_SCATTER_ADD && !rt_voverlap(vc, "operand a", o, lo, a, la))
             return 0;
         break;
+    case RT_OP_CSUM: {
+        int64_t k;
+        if (n < 1)
+            return rt_vfail(vc, "a cumulative sum needs at least one term (n = %lld)", (long long)n);
+        if (!rt_vints(vc, "term list", c, n))
+            return 0;
+        for (k = 0; k < n; k++) {
+            const int32_t e = p->ints[c + k];
+            const int64_t off = e >= 0 ? (int64_t)e : (int64_t)~e;
+            if (off >= p->n_vals)
+                return rt_vfail(vc, "term %lld: offset %lld is outside the value arena of %lld",
+                                (long long)k, (long long)off, (long long)p->n_vals);
+        }
+        la = 1; lo = 1;
+        break;
+    }
     case RT_OP_MATMUL: {
         int64_t M, K, N;
         if (!rt_vints(vc, "shape (M, K, N)", c, 3))

@@ -25,6 +25,10 @@
  *   SCATTER_ADD   out[0..b) = 0; out[ints[c+k]] += a[k]      k < n (n = len(a))
  *   SCATTER       out[ints[c+k]] = a[k]           k < n (n = len(a)), out has b elements
  *   MATMUL        ints[c..c+3) = (M, K, N); out[M*N] = a[M*K] @ b[K*N], n = M*N
+ *   AXPY          out[n] = a[n] + b[0]*c[n]   (the product rounded first, as MUL then ADD)
+ *   SQDIFF        out[n] = (a[n] - b[n])^2    (the difference rounded first, as SUB then SQUARE)
+ *   CSUM          out[1] = a[0] +/- n scalar terms, added left to right; ints[c+k] = e:
+ *                 e >= 0 adds vals[e], e < 0 subtracts vals[~e] (n >= 1)
  *   GUARD_*       n = expected result (0 or 1), out = guard number (not an offset),
  *                 a, b: scalar operands.  Forward stops at the first guard whose
  *                 predicate differs from n.

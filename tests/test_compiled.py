@@ -187,7 +187,8 @@ def test_array_ops_are_one_instruction_each():
 
 def _small_program():
     return rt.compile(rt.GradientTape(
-        lambda x: np.sum(np.exp(x[:3]) * x[1:]) + np.max(x) + (x @ x) + np.sum(x[[0, 3, 3]]),
+        lambda x: (np.sum(np.exp(x[:3]) * x[1:]) + np.max(x) + (x @ x) + np.sum(x[[0, 3, 3]])
+                   + np.sin(x[0]) - np.cos(x[2])),        # two scalar sums: CSUMs to mutate
         np.array([0.1, 0.2, 0.3, 0.4])))
 
 
@@ -377,6 +378,66 @@ def test_concurrent_use_of_one_compiled_tape_never_corrupts_results():
     np.testing.assert_array_equal(ct.gradient(wl.x0), expected)
 
 
+def test_repeated_calls_with_the_same_arrays_read_their_current_contents():
+    # The checked entry reuses the C pointers of the last x and out it saw.
+    wl = workloads.rosenbrock_loop(n=6)
+    ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    x, g, g2 = wl.x0.copy(), np.empty(6), np.empty(6)
+    for k in range(4):
+        x[:] = wl.x0 + 0.1 * k                     # same array, new contents
+        out = g if k % 2 == 0 else g2               # alternating outs
+        v, gk = ct.value_and_gradient(x, out=out)
+        v_ref, g_ref = wl.numpy_vg(x)
+        assert gk is out and v == pytest.approx(v_ref, rel=1e-13)
+        np.testing.assert_allclose(out, g_ref, rtol=1e-12)
+    v, gnew = ct.value_and_gradient(x)              # out=None: a new array every call
+    assert gnew is not g and gnew is not g2 and v == pytest.approx(wl.numpy_vg(x)[0], rel=1e-13)
+
+
+def test_arrays_changed_in_place_after_a_call_are_checked_again():
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(10)))
+    x, g = np.ones(10), np.empty(10)
+    ct.value_and_gradient(x, out=g)
+    x.shape = (2, 5)
+    with pytest.raises(rt.InputError):
+        ct.value_and_gradient(x, out=g)
+    x.shape = (10,)
+    g.setflags(write=False)
+    with pytest.raises(rt.RevtapeError):
+        ct.value_and_gradient(x, out=g)
+    g.setflags(write=True)
+    g.shape = (5, 2)
+    with pytest.raises(rt.RevtapeError):
+        ct.value_and_gradient(x, out=g)
+    g.shape = (10,)
+    np.testing.assert_array_equal(ct.value_and_gradient(2 * x, out=g)[1], 4 * x)
+
+
+def test_threads_with_their_own_out_never_see_each_others_values():
+    wl = workloads.rosenbrock_loop(n=20)
+    ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    wrong, ran = [], []
+
+    def worker(k):
+        x, g = wl.x0 + 0.01 * k, np.empty(20)
+        v_ref, g_ref = wl.numpy_vg(x)
+        for _ in range(2000):
+            try:
+                v, _ = ct.value_and_gradient(x, out=g)
+            except rt.ConcurrentUseError:
+                continue
+            ran.append(1)
+            if v != pytest.approx(v_ref, rel=1e-12) or not np.allclose(g, g_ref, rtol=1e-11):
+                wrong.append(k)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ran and not wrong
+
+
 def _worker_gradient(ct, x):
     return ct.gradient(x)
 
@@ -486,6 +547,72 @@ def test_fused_pairs_give_the_same_bits_as_the_pair(f, monkeypatch):
         v_ref, g_ref = tape.value_and_gradient(x)
         assert v == pytest.approx(v_ref, rel=1e-15)
         np.testing.assert_allclose(g, g_ref, rtol=1e-14)
+
+
+def _sum_of_four(x):
+    s = np.sin(x[0]) + np.cos(x[1])
+    t = s + np.exp(x[2])
+    return t * s + np.tanh(x[3])                              # a partial sum read twice
+
+
+@pytest.mark.parametrize("f, n_csum", [
+    (lambda x: np.exp(x[0]) + np.sin(x[1]) - np.cos(x[2]) + np.tanh(x[3]), 1),
+    (lambda x: sum(np.sin(x[i]) ** 2 for i in range(4)), 1),  # starts at the constant 0
+    (lambda x: np.sin(x[0]) - (np.cos(x[1]) + np.exp(x[2]) - np.tanh(x[3])), 1),
+    (lambda x: x[0] + x[1] - x[2] + x[3], 0),                 # terms are aliases of x
+    (_sum_of_four, 0),
+    (lambda x: np.exp(x[1]) + (t := np.sin(x[0])) + np.cos(x[1]) + t, 0),  # a term read twice
+    (lambda x: np.abs(x[0]) + np.sqrt(x[1] ** 2) - np.maximum(x[2], 0.0) + np.log(x[3] ** 2), 1),
+])
+def test_sum_chains_give_the_same_bits_as_the_adds(f, n_csum, monkeypatch):
+    x0 = np.array([0.37, -1.21, 0.0, 2.5])
+    tape = rt.GradientTape(f, x0)
+    fused = rt.compile(tape)
+    monkeypatch.setattr(compiler._Lowering, "sum_chains", lambda self, inner, outer: (set(), {}))
+    adds = rt.compile(tape)
+    names = [ops.VM_OPCODES[w & 0xFFFF] for w in fused.code[:, 0]]
+    assert names.count("CSUM") == n_csum and (len(fused) < len(adds)) == (n_csum > 0)
+    for x in (x0, x0 * 1.7, -x0 + 0.1):
+        v, g = fused.value_and_gradient(x)
+        v2, g2 = adds.value_and_gradient(x)
+        assert v == v2
+        np.testing.assert_array_equal(g, g2)
+        v_ref, g_ref = tape.value_and_gradient(x)
+        assert v == pytest.approx(v_ref, rel=1e-15)
+        np.testing.assert_allclose(g, g_ref, rtol=1e-14)
+
+
+def test_rosenbrock_terms_add_up_in_one_csum():
+    wl = workloads.rosenbrock_loop(n=100)
+    ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    names = [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]]
+    assert names.count("CSUM") == 1 and len(names) == 4 * 99 + 1
+    assert "CSUM(@" in ct.disassemble()
+    x = wl.x0 + 0.2
+    v, g = ct.value_and_gradient(x)
+    v_ref, g_ref = wl.numpy_vg(x)
+    assert v == pytest.approx(v_ref, rel=1e-13)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-12)
+
+
+def test_verifier_refuses_csum_terms_outside_the_arena():
+    ct = rt.compile(rt.GradientTape(lambda x: np.exp(x[0]) + np.sin(x[1]) - np.cos(x[0]), np.ones(2)))
+    from revtape.compiled import CompiledTape
+    k = [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]].index("CSUM")
+    for bad_term in (ct.program.n_vals, ~ct.program.n_vals, 2**31 - 1, -2**31):
+        state = ct.program.to_state()
+        ints = state["ints"].copy()
+        ints[ct.code[k, 5]] = bad_term
+        state["ints"] = ints
+        with pytest.raises(rt.VerificationError, match="term 0"):
+            CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
+    for col, val in ((1, 0), (1, 10**6), (5, 10**6)):  # no terms; more terms than ints
+        state = ct.program.to_state()
+        code = state["code"].copy()
+        code[k, col] = val
+        state["code"] = code
+        with pytest.raises(rt.VerificationError):
+            CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
 
 
 def test_chain_steps_fuse_into_axpy():

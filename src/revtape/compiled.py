@@ -91,6 +91,7 @@ class CompiledTape:
                                     + ffi.string(msg).decode(errors="replace"))
         self._p = p
         self._lock = threading.Lock()
+        self._last_x = self._last_out = (None,)
         self._in_shapes = [shape for _, shape, _ in prog.inputs]
         self._in_float = [isf for _, _, isf in prog.inputs]
         self._single = len(prog.inputs) == 1
@@ -136,12 +137,15 @@ class CompiledTape:
                 continue
             operands = {"GATHER": f"@{a}[ints {c}..]", "SCATTER": f"@{a}[{n}] -> ints {c}..",
                         "SCATTER_ADD": f"@{a}[{n}] -> ints {c}..",
-                        "MATMUL": f"@{a}, @{b}  {self._ints[c:c + 3].tolist()}"}.get(
+                        "MATMUL": f"@{a}, @{b}  {self._ints[c:c + 3].tolist()}",
+                        "CSUM": f"@{a}" + "".join(f" - @{~e}" if e < 0 else f" + @{e}"
+                                                  for e in self._ints[c:c + n].tolist())}.get(
                 name, ", ".join(f"@{v}" for v in (a, b, c)[:_arity(name)]))
             if name.startswith("REDUCE_"):
                 operands = f"@{a}, segment {b}"
             adj = f"  adj {flags:03b}" if flags else ""
-            lines.append(f"{k:5d}  @{out}[{n}] = {name}({operands}){adj}")
+            width = 1 if name == "CSUM" else n       # CSUM's n counts its terms
+            lines.append(f"{k:5d}  @{out}[{width}] = {name}({operands}){adj}")
         return "\n".join(lines)
 
     def __repr__(self):
@@ -241,27 +245,56 @@ class CompiledTape:
     def value_and_gradient(self, x, out=None):
         """(value, gradient) at x; with out= the gradient is written there (no allocation)."""
         # The hot path: one float64 array in, out= of the same shape.  Every
-        # check is an identity or tuple comparison; contiguity is checked by
-        # from_buffer itself, which refuses a non-contiguous array.
+        # check is an identity or tuple comparison, and the C pointers of the
+        # last x and the last out are reused while the caller passes the same
+        # arrays (the pointer caches below).
         shape = self._fast_shape
         if shape is not None and type(x) is _ND and x.dtype is _F64 and x.shape == shape:
             if out is None:
-                out = _empty(shape)
-            elif not (type(out) is _ND and out.dtype is _F64 and out.shape == shape
-                      and out.flags.writeable):
-                return self._value_and_gradient(x, out)
-            try:
-                xp, gp = _from_buffer(_DOUBLES, x), _from_buffer(_DOUBLES, out)
-            except (ValueError, TypeError, BufferError):
-                pass
+                dest = self._new_out(_empty(shape))
+            elif (type(out) is _ND and out.dtype is _F64 and out.shape == shape
+                    and out.flags.writeable):
+                dest = self._last_out
+                if dest[0] is not out:
+                    dest = self._new_out(out)
+                    if dest is not None:
+                        self._last_out = dest
             else:
-                value = _new_double()   # per call: another thread's result never lands here
-                st = _vg(self._p, xp, value, gp)
+                return self._value_and_gradient(x, out)
+            last_x = self._last_x
+            xp = last_x[1] if last_x[0] is x else self._pointer_to_x(x)
+            if xp is not None and dest is not None:
+                st = _vg(self._p, xp, dest[2], dest[1])
                 if st:
                     self._status(st)
                 self._tape._replayed_by = self
-                return value[0], out
+                return dest[2][0], dest[0]
         return self._value_and_gradient(x, out)
+
+    # The pointer caches.  A from_buffer cdata holds a buffer export of (and a
+    # reference to) its array, so the memory it points to lives as long as the
+    # cache entry, and numpy refuses to resize an array with an export (short
+    # of resize(refcheck=False), which leaves every view of the array dangling
+    # too).  Shape, dtype and writeability can change in place, so they are
+    # checked on every call above.  Each cache is one tuple, replaced whole:
+    # a thread never pairs one array with another array's pointer.  The value
+    # cell belongs to out: two threads passing the same out already share
+    # their results through it, and threads with their own out never do.
+    def _pointer_to_x(self, x):
+        try:
+            xp = _from_buffer(_DOUBLES, x)       # refuses a non-contiguous array
+        except (ValueError, TypeError, BufferError):
+            return None
+        self._last_x = (x, xp)
+        return xp
+
+    @staticmethod
+    def _new_out(out):
+        """(out, its C pointer, a value cell), or None for a non-contiguous out."""
+        try:
+            return out, _from_buffer(_DOUBLES, out, require_writable=True), _new_double()
+        except (ValueError, TypeError, BufferError):
+            return None
 
     def _value_and_gradient(self, x, out):
         """Every other case: tuples, floats, conversions, Hessian programs, errors."""

@@ -66,6 +66,7 @@ class Program:
 
 
 _SCALAR_FAMILIES = (ops.UNARY, ops.UNARY_ND, ops.BINARY, ops.BINARY_ND)
+_ALIASING = (ops.STRUCT, ops.GUARD)     # may lower to an offset into another value
 _UNARY_CODE = {op: OPC[op.name.upper()] for op in ops.OPS.values()
                if op.family in (ops.UNARY, ops.UNARY_ND)}
 _VV_CODE = {op: OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
@@ -236,14 +237,72 @@ class _Lowering:
                 producer[out] = k
         return inner_of, outer_of
 
+    def sum_chains(self, inner, outer):
+        """Runs of scalar additions to emit as one CSUM (CppAD's cumulative sum):
+        `s = s + t` or `s = s - t` repeated, as every scalar log density and
+        loss sums its terms.  Returns ({absorbed link index}, {last link
+        index: (start node, [(term node, +1 or -1), ...])}).
+
+        The partial sums must be used once (by the next link) and not be a
+        root.  Every term, and the start if it carries an adjoint, must be a
+        single-use scalar result with its own arena slot (not an alias such as
+        x[i]): then its adjoint receives the chain's adjoint alone, and moving
+        that write to the last link's place changes no bit.
+        Forward adds in the recorded order with the recorded roundings."""
+        kept, vals, adj, roots = self.kept, self.vals, self.adj, self.roots
+        uses, owned = {}, set()
+        for k, (op, out, args, params) in enumerate(kept):
+            for a in args:
+                uses[a] = uses.get(a, 0) + 1
+            if op.family not in _ALIASING and type(vals[out]) is float and k not in inner:
+                owned.add(out)
+        sole = lambda t: t in owned and uses.get(t) == 1
+        open_chains, absorbed, chains = {}, set(), {}
+        for k, (op, out, args, params) in enumerate(kept):
+            if ((op is not _ADD and op is not _SUB) or type(vals[out]) is not float
+                    or k in inner or k in outer):
+                continue
+            a, b = args
+            sign = 1 if op is _ADD else -1
+            link = None
+            for p, t in ((a, b), (b, a)) if op is _ADD else ((a, b),):
+                if p in open_chains and uses.get(p) == 1 and p not in roots and sole(t) and t in adj:
+                    link = p, t
+                    break
+            if link is not None:
+                j, start, terms = open_chains.pop(link[0])
+                absorbed.add(j)
+                open_chains[out] = (k, start, terms + [(link[1], sign)])
+                continue
+            for start, t in ((a, b), (b, a)) if op is _ADD else ((a, b),):
+                if sole(t) and t in adj and (start not in adj or sole(start)):
+                    open_chains[out] = (k, start, [(t, sign)])
+                    break
+        for k, start, terms in open_chains.values():
+            if len(terms) > 1:
+                chains[k] = (start, terms)
+        # a one-term "chain" stays a plain instruction, and so does a link
+        # whose chain ended up with one term (it was never absorbed)
+        return absorbed, chains
+
     def lower(self):
         vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
         fused_mul, fused_add = self.fusions()
+        links, chains = self.sum_chains(fused_mul, fused_add)
         for k, instr in enumerate(self.kept):
             op, out, args, params = instr
             fam = op.family
-            if k in fused_mul:
-                continue                      # emitted inside the AXPY of its add
+            if k in fused_mul or k in links:
+                continue                      # emitted inside the AXPY or CSUM it ends in
+            if k in chains:
+                start, terms = chains[k]
+                o = self.next_free
+                self.next_free = o + 1
+                offset[out] = o
+                c = self._ints([offset[t] if sign > 0 else ~offset[t] for t, sign in terms])
+                self.emit("CSUM", len(terms), o, offset[start], 0, c,
+                          flags=(start in adj) | 2)
+                continue
             if k in fused_add:
                 kind, i, t = fused_add[k]
                 x, y = self.kept[i][2]

@@ -469,8 +469,10 @@ BINARY_VARIANTS = ("VV", "VS", "SV")
 # Superinstructions the compiler fuses from pairs whose inner result is used
 # once, with the same roundings as the pair and one dispatch and one arena
 # round trip fewer: AXPY = a + b*c (b one scalar), SQDIFF = (a - b)**2 (the
-# residual of every Gaussian log density and least-squares loss).
-VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF")
+# residual of every Gaussian log density and least-squares loss), and CSUM,
+# a run of scalar `s = s + t` / `s = s - t` as one instruction (CppAD's
+# cumulative sum: how scalar code adds up its terms).
+VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF", "CSUM")
 
 
 def _vm_opcodes():
