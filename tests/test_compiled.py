@@ -549,6 +549,19 @@ def test_fused_pairs_give_the_same_bits_as_the_pair(f, monkeypatch):
         np.testing.assert_allclose(g, g_ref, rtol=1e-14)
 
 
+def test_a_product_whose_operand_is_read_again_before_the_add_stays_apart():
+    # x[0] is read by the product and, through another x[0], by sin in between:
+    # fused, the product's adjoint would reach x[0] before sin's does.
+    def f(x):
+        p = x[0] * x[1]
+        q = np.sin(x[0])
+        return q + p
+    ct = rt.compile(rt.GradientTape(f, np.array([0.3, 0.7])))
+    names = [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]]
+    assert "AXPY" not in names and names.count("MUL_VV") == 1
+    np.testing.assert_allclose(ct.gradient(np.array([0.3, 0.7])), [np.cos(0.3) + 0.7, 0.3], rtol=1e-15)
+
+
 def _sum_of_four(x):
     s = np.sin(x[0]) + np.cos(x[1])
     t = s + np.exp(x[2])

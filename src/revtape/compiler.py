@@ -201,13 +201,20 @@ class _Lowering:
         index, inner result)} for where the fused instruction goes.  Fused:
         `a + b*c` (AXPY) and `(a - b)**2` (SQDIFF).  The inner result must be
         used once, and no instruction between the two may read the inner
-        operands, so the fused reverse accumulates every adjoint in the same
+        operands (nor another view of them: x[0] read twice is two nodes over
+        one slot), so the fused reverse accumulates every adjoint in the same
         order as the pair would (bit-for-bit the same gradients)."""
         kept, vals = self.kept, self.vals
-        uses = {}
+        uses, base = {}, {}
         for op, out, args, params in kept:
             for a in args:
                 uses[a] = uses.get(a, 0) + 1
+            if op.family == ops.STRUCT and op.name in ("reshape", "item", "take"):
+                base[out] = base.get(args[0], args[0])     # may be an alias of args[0]
+        slots = lambda args: {base.get(a, a) for a in args}
+        # reshape and item are offsets, never instructions: they accumulate nothing
+        readers = [() if op.family == ops.STRUCT and op.name in ("reshape", "item")
+                   else slots(args) for op, out, args, params in kept]
         producer, inner_of, outer_of = {}, {}, {}
 
         def fusable(t, k, want):
@@ -215,8 +222,8 @@ class _Lowering:
             if (i is None or kept[i][0] is not want or uses.get(t) != 1 or t in self.roots
                     or k - i > 8 or i in inner_of):
                 return None
-            operands = set(kept[i][2])
-            if any(operands.intersection(kept[m][2]) for m in range(i + 1, k)):
+            operands = slots(kept[i][2])
+            if any(operands.intersection(readers[m]) for m in range(i + 1, k)):
                 return None
             return i
 
