@@ -273,10 +273,10 @@ class CompiledTape:
 
     # The pointer caches.  A from_buffer cdata holds a buffer export of (and a
     # reference to) its array, so the memory it points to lives as long as the
-    # cache entry, and numpy refuses to resize an array with an export (short
-    # of resize(refcheck=False), which leaves every view of the array dangling
-    # too).  Shape, dtype and writeability can change in place, so they are
-    # checked on every call above.  Each cache is one tuple, replaced whole:
+    # cache entry, and numpy's resize() refuses an array anything else
+    # references (resize(refcheck=False) leaves every view of the array
+    # dangling too).  Shape, dtype and writeability can change in place, so
+    # they are checked on every call above.  Each cache is one tuple, replaced whole:
     # a thread never pairs one array with another array's pointer.  The value
     # cell belongs to out: two threads passing the same out already share
     # their results through it, and threads with their own out never do.
