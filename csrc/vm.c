@@ -850,6 +850,293 @@ vm_next:
     }
 }
 
+/* ------------------------------------------------------------------ tangent
+ * Forward mode: after a forward sweep, one more pass in program order gives
+ * every slot's tangent, t[out] = (d out / d operands) . t[operands], from the
+ * same partials as the reverse sweep (so a JVP and a VJP see one Jacobian,
+ * conventions at kinks included).  Run over the program of a HessianTape
+ * (which computes f's gradient), it is forward-over-reverse: H v.
+ *
+ * The tangent arena is the adjoint arena (a JVP needs no adjoints), zeroed
+ * and seeded by the caller.  The compiler writes every slot once (each
+ * result gets fresh slots), so a result whose operand tangents are all zero
+ * can keep the caller's 0; a program that breaks this gets wrong tangents,
+ * never an out-of-bounds access.  An operand whose flag is off does not depend on
+ * a differentiated input: its tangent is zero and is not read.  A zero
+ * tangent contributes nothing even through an inf/nan partial (the
+ * reverse's azmul, mirrored); MATMUL uses plain products as its reverse does. */
+
+#define TAN_UNARY(NAME, FX, DX)                                               \
+    VM_CASE(NAME) {                                                           \
+        if (n == 1) {                                                         \
+            const double ta = t[a];                                           \
+            if (ta != 0.0) {                                                  \
+                const double x = v[a], f = v[o];                              \
+                (void)x; (void)f;                                             \
+                t[o] = ta * (DX);                                             \
+            }                                                                 \
+            VM_NEXT;                          /* else t[o] stays 0 */         \
+        }                                                                     \
+        for (i = 0; i < n; i++) {                                             \
+            const double ta = t[a + i], x = v[a + i], f = v[o + i];           \
+            (void)x; (void)f;                                                 \
+            t[o + i] = ta != 0.0 ? ta * (DX) : 0.0;                           \
+        }                                                                     \
+        VM_NEXT;                                                              \
+    }
+
+/* TA and TB: the operands' tangents, zero when a flag is off.  A scalar
+ * result with two zero tangents is left as the caller zeroed it. */
+#define TAN_BINARY_(NAME, X, Y, TA, TB, DX, DY)                               \
+        if (n == 1) {                                                         \
+            const double ta = (fl & 1) ? t[a] : 0.0, tb = (fl & 2) ? t[b] : 0.0; \
+            if (ta != 0.0 || tb != 0.0) {                                     \
+                const double x = v[a], y = v[b], f = v[o];                    \
+                double r = 0.0;                                               \
+                (void)x; (void)y; (void)f;                                    \
+                if (ta != 0.0) r += ta * (DX);                                \
+                if (tb != 0.0) r += tb * (DY);                                \
+                t[o] = r;                                                     \
+            }                                                                 \
+            VM_NEXT;                          /* else t[o] stays 0 */         \
+        }                                                                     \
+        for (i = 0; i < n; i++) {                                             \
+            const double x = (X), y = (Y), f = v[o + i];                      \
+            const double ta = (fl & 1) ? (TA) : 0.0, tb = (fl & 2) ? (TB) : 0.0; \
+            double r = 0.0;                                                   \
+            (void)x; (void)y; (void)f;                                        \
+            if (ta != 0.0) r += ta * (DX);                                    \
+            if (tb != 0.0) r += tb * (DY);                                    \
+            t[o + i] = r;                                                     \
+        }                                                                     \
+        VM_NEXT;
+
+#define TAN_BINARY(NAME, FXY, DX, DY)                                         \
+    VM_CASE(NAME##_VV) { TAN_BINARY_(NAME, v[a + i], v[b + i], t[a + i], t[b + i], DX, DY) } \
+    VM_CASE(NAME##_VS) { TAN_BINARY_(NAME, v[a + i], v[b], t[a + i], t[b], DX, DY) } \
+    VM_CASE(NAME##_SV) { TAN_BINARY_(NAME, v[a], v[b + i], t[a], t[b + i], DX, DY) }
+
+/* out += A @ B (M x K times K x N), plain products. */
+static void rt_matmul_acc(double *out, const double *A, const double *B,
+                          int64_t M, int64_t K, int64_t N)
+{
+    int64_t i, j, k;
+    if (N == 1) {                           /* matrix-vector: a dot per row */
+        for (i = 0; i < M; i++) {
+            const double *ai = A + i * K;
+            double s = 0.0;
+            for (k = 0; k < K; k++)
+                s += ai[k] * B[k];
+            out[i] += s;
+        }
+        return;
+    }
+    for (i = 0; i < M; i++)
+        for (k = 0; k < K; k++) {
+            const double aik = A[i * K + k];
+            const double *bk = B + k * N;
+            double *oi = out + i * N;
+            for (j = 0; j < N; j++)
+                oi[j] += aik * bk[j];
+        }
+}
+
+static void rt_run_tangent(const rt_program *p)
+{
+    const int32_t *const code = p->code;
+    const int32_t *const ints = p->ints;
+    const double *const v = p->vals;
+    double *const t = p->adj;
+    const int64_t n_instr = p->n_instr;
+    const int32_t *w;
+    uint32_t fl;
+    int64_t pc = -1, n, o, a, b, c, i, s;
+#if RT_COMPUTED_GOTO
+    static const void *const vm_labels[RT_NUM_OPS] = { RT_OPCODES(RT_LABEL_) };
+#endif
+
+vm_next:
+    if (++pc >= n_instr)
+        return;
+    w = code + pc * RT_WORDS;
+    fl = (uint32_t)w[0] >> RT_FLAGS_SHIFT;
+    if (fl == 0)
+        goto vm_next;                       /* no operand has a tangent: out's stays 0 */
+    n = w[1]; o = w[2]; a = w[3]; b = w[4]; c = w[5];
+    {
+        VM_DISPATCH(w[0] & RT_OPCODE_MASK) {
+        RT_UNARY(TAN_UNARY)
+        RT_BINARY(TAN_BINARY)
+
+        RT_UNARY_ND(REV_NONE1)
+        RT_BINARY_ND(REV_NONE3)
+        RT_GUARDS(REV_NONE_GUARD)
+        VM_CASE(REDUCE_ALL)
+        VM_CASE(REDUCE_ANY)
+            VM_NEXT;
+
+        VM_CASE(WHERE_VV) {
+            for (i = 0; i < n; i++)
+                t[o + i] = v[a + i] != 0.0 ? ((fl & 2) ? t[b + i] : 0.0)
+                                           : ((fl & 4) ? t[c + i] : 0.0);
+            VM_NEXT;
+        }
+        VM_CASE(WHERE_VS) {
+            for (i = 0; i < n; i++)
+                t[o + i] = v[a + i] != 0.0 ? ((fl & 2) ? t[b + i] : 0.0)
+                                           : ((fl & 4) ? t[c] : 0.0);
+            VM_NEXT;
+        }
+        VM_CASE(WHERE_SV) {
+            for (i = 0; i < n; i++)
+                t[o + i] = v[a + i] != 0.0 ? ((fl & 2) ? t[b] : 0.0)
+                                           : ((fl & 4) ? t[c + i] : 0.0);
+            VM_NEXT;
+        }
+        VM_CASE(AXPY) {
+            /* out = a + b*c, b one scalar */
+            const double bv = v[b], tb = (fl & 2) ? t[b] : 0.0;
+            for (i = 0; i < n; i++) {
+                const double ta = (fl & 1) ? t[a + i] : 0.0, tc = (fl & 4) ? t[c + i] : 0.0;
+                double r = ta;
+                if (tb != 0.0) r += tb * v[c + i];
+                if (tc != 0.0) r += bv * tc;
+                t[o + i] = r;
+            }
+            VM_NEXT;
+        }
+        VM_CASE(SQDIFF) {
+            for (i = 0; i < n; i++) {
+                const double dt = ((fl & 1) ? t[a + i] : 0.0) - ((fl & 2) ? t[b + i] : 0.0);
+                t[o + i] = dt != 0.0 ? dt * (2.0 * (v[a + i] - v[b + i])) : 0.0;
+            }
+            VM_NEXT;
+        }
+        VM_CASE(CSUM) {
+            double r = (fl & 1) ? t[a] : 0.0;
+            for (i = 0; i < n; i++) {
+                const int32_t e = ints[c + i];
+                if (e >= 0)
+                    r += t[e];
+                else
+                    r -= t[~e];
+            }
+            t[o] = r;
+            VM_NEXT;
+        }
+        VM_CASE(CLIP) {
+            const double lo = v[b], hi = v[c];
+            for (i = 0; i < n; i++) {
+                const double f = v[o + i];
+                t[o + i] = (fl & 1) && f != lo && f != hi ? t[a + i] : 0.0;
+            }
+            VM_NEXT;
+        }
+
+        VM_CASE(REDUCE_SUM) {
+            for (s = 0; s < n; s++) {
+                const double *tx = t + a + s * b;
+                double r = 0.0;
+                for (i = 0; i < b; i++)
+                    r += tx[i];
+                t[o + s] = r;
+            }
+            VM_NEXT;
+        }
+        VM_CASE(REDUCE_MAX)
+        VM_CASE(REDUCE_MIN) {
+            /* The reverse's weights: 1/count on the elements equal to the
+             * result; nan when none is (a nan result). */
+            for (s = 0; s < n; s++) {
+                const double f = v[o + s];
+                const double *x = v + a + s * b, *tx = t + a + s * b;
+                int64_t cnt = 0;
+                double r = 0.0;
+                for (i = 0; i < b; i++)
+                    cnt += x[i] == f;
+                for (i = 0; i < b; i++)
+                    if (tx[i] != 0.0 && (cnt == 0 || x[i] == f))
+                        r += tx[i] * (cnt == 0 ? NAN : 1.0 / (double)cnt);
+                t[o + s] = r;
+            }
+            VM_NEXT;
+        }
+        VM_CASE(REDUCE_PROD) {
+            /* The reverse's zero-safe partials: f / x without zeros, the
+             * product of the others at a single zero, 0 with two or more. */
+            for (s = 0; s < n; s++) {
+                const double f = v[o + s];
+                const double *x = v + a + s * b, *tx = t + a + s * b;
+                int64_t zeros = 0, iz = 0;
+                double r = 0.0;
+                for (i = 0; i < b; i++)
+                    if (x[i] == 0.0) {
+                        zeros++;
+                        iz = i;
+                    }
+                if (zeros == 0) {
+                    for (i = 0; i < b; i++)
+                        if (tx[i] != 0.0)
+                            r += tx[i] * (f / x[i]);
+                } else if (zeros == 1 && tx[iz] != 0.0) {
+                    double others = 1.0;
+                    for (i = 0; i < b; i++)
+                        if (i != iz)
+                            others *= x[i];
+                    r = tx[iz] * others;
+                }
+                t[o + s] = r;
+            }
+            VM_NEXT;
+        }
+        VM_CASE(REDUCE_LOGSUMEXP) {
+            for (s = 0; s < n; s++) {
+                const double f = v[o + s];
+                const double *x = v + a + s * b, *tx = t + a + s * b;
+                double r = 0.0;
+                for (i = 0; i < b; i++)
+                    if (tx[i] != 0.0)
+                        r += tx[i] * exp(x[i] - f);
+                t[o + s] = r;
+            }
+            VM_NEXT;
+        }
+
+        VM_CASE(GATHER) {
+            for (i = 0; i < n; i++)
+                t[o + i] = t[a + ints[c + i]];
+            VM_NEXT;
+        }
+        VM_CASE(SCATTER) {
+            for (i = 0; i < n; i++)
+                t[o + ints[c + i]] = t[a + i];
+            VM_NEXT;
+        }
+        VM_CASE(SCATTER_ADD) {
+            /* out[0..b) is still the caller's 0 (see above): add in place */
+            for (i = 0; i < n; i++)
+                t[o + ints[c + i]] += t[a + i];
+            VM_NEXT;
+        }
+        VM_CASE(MATMUL) {
+            const int64_t M = ints[c], K = ints[c + 1], N = ints[c + 2];
+            for (i = 0; i < n; i++)
+                t[o + i] = 0.0;
+            if (fl & 1)
+                rt_matmul_acc(t + o, t + a, v + b, M, K, N);
+            if (fl & 2)
+                rt_matmul_acc(t + o, v + a, t + b, M, K, N);
+            VM_NEXT;
+        }
+
+#if !RT_COMPUTED_GOTO
+        default:
+            return;                         /* unreachable after rt_verify */
+#endif
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ verifier */
 
 typedef struct {
@@ -1138,7 +1425,7 @@ int rt_verify(rt_program *p, char *msg, int64_t msg_len)
 /* ------------------------------------------------------------------ entry points
  * Protocol: take the program with an atomic exchange on busy (a concurrent
  * replay gets RT_BUSY and touches nothing but status), check verified, run,
- * write status, release busy on every path.  All four entry points set
+ * write status, release busy on every path.  Every entry point sets
  * p->status (not only rt_value_and_grad).  y, g and J are written only when
  * the status is RT_OK.  RT_BADARG: value_and_grad with out_len != 1, or a
  * NULL g / w / J where the corresponding length is > 0 (x and y may always
@@ -1282,6 +1569,71 @@ int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
             p->adj[p->out_off + i] = 1.0;
             rt_run_reverse(p);
             rt_copy_grad(p, J + i * p->n_grad);
+        }
+    }
+    return rt_release(p, st);
+}
+
+/* Seeds the tangent arena with xdot on the differentiated inputs. */
+static int rt_seed_tangent(rt_program *p, const double *xdot)
+{
+    int64_t i;
+    int finite = 1;
+    rt_zero_adj(p);
+    for (i = 0; i < p->n_grad; i++) {
+        p->adj[i] = xdot[i];
+        finite &= isfinite(xdot[i]) != 0;
+    }
+    return finite ? RT_OK : RT_NONFINITE;
+}
+
+int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double *ydot)
+{
+    int st;
+    if (p == NULL)
+        return RT_BADARG;
+    if (!rt_acquire(p))
+        return RT_BUSY;
+    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        st = RT_UNVERIFIED;
+    else if ((xdot == NULL && p->n_grad > 0) || (ydot == NULL && p->out_len > 0))
+        st = RT_BADARG;
+    else
+        st = rt_forward_locked(p, x);
+    if (st == RT_OK)
+        st = rt_seed_tangent(p, xdot);
+    if (st == RT_OK) {
+        rt_copy_out(p, y);
+        rt_run_tangent(p);
+        if (p->out_len > 0)
+            memcpy(ydot, p->adj + p->out_off, (size_t)p->out_len * sizeof(double));
+    }
+    return rt_release(p, st);
+}
+
+int rt_jacobian_fwd(rt_program *p, const double *x, double *y, double *J)
+{
+    int st;
+    int64_t i, j;
+    if (p == NULL)
+        return RT_BADARG;
+    if (!rt_acquire(p))
+        return RT_BUSY;
+    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        st = RT_UNVERIFIED;
+    else if (J == NULL && p->out_len > 0 && p->n_grad > 0)
+        st = RT_BADARG;
+    else
+        st = rt_forward_locked(p, x);
+    if (st == RT_OK) {
+        rt_copy_out(p, y);
+        /* One forward, then one tangent sweep per input: column j of J. */
+        for (j = 0; j < p->n_grad; j++) {
+            rt_zero_adj(p);
+            p->adj[j] = 1.0;
+            rt_run_tangent(p);
+            for (i = 0; i < p->out_len; i++)
+                J[i * p->n_grad + j] = p->adj[p->out_off + i];
         }
     }
     return rt_release(p, st);

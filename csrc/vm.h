@@ -86,6 +86,14 @@ int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g
 /* Forward at x, then out_len reverse sweeps: J is out_len x n_grad, row-major. */
 int rt_jacobian(rt_program *p, const double *x, double *y, double *J);
 
+/* Forward at x, then one tangent sweep seeded with xdot (n_grad values):
+ * ydot = J xdot (out_len values); y receives the output (may be NULL).  On a
+ * HessianTape's program (out = f's gradient) this is H xdot. */
+int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double *ydot);
+
+/* Forward at x, then n_grad tangent sweeps: J is out_len x n_grad, row-major. */
+int rt_jacobian_fwd(rt_program *p, const double *x, double *y, double *J);
+
 /* Hash of the op table this VM was generated from (see ops_generated.h). */
 const char *rt_op_table_hash(void);
 int32_t rt_num_ops(void);

@@ -66,6 +66,65 @@ def test_compiled_replay_equals_reference_replay(name):
         assert rt.value(tape.output) == pytest.approx(v_ref)
 
 
+@pytest.mark.parametrize("name", sorted(FNS))
+def test_hessians_by_tangent_sweeps_equal_the_reference_reverse_over_reverse(name):
+    # C: forward-over-reverse (tangent sweeps over the gradient program);
+    # Python reference: reverse sweeps over the same HessianTape.
+    f, n = FNS[name]
+    x0 = RNG.normal(size=n) * 0.7
+    ht = rt.HessianTape(f, x0)
+    ch = rt.compile(ht)
+    for _ in range(2):
+        x = x0 + 0.05 * RNG.normal(size=n)
+        try:
+            H_ref = ht.hessian(x)
+        except rt.BranchChanged:
+            continue
+        H = ch.hessian(x)
+        np.testing.assert_allclose(H, H_ref, rtol=1e-11, atol=1e-11)
+        np.testing.assert_allclose(H, H.T, rtol=1e-11, atol=1e-11)
+        v = RNG.normal(size=n)
+        np.testing.assert_allclose(ch.hvp(x, v), H_ref @ v, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("name", sorted(FNS))
+def test_jvp_is_the_jacobian_times_v(name):
+    f, n = FNS[name]
+    g = lambda x: np.stack([f(x), f(x) * x[0], np.sin(f(x))])    # a vector output
+    x0 = RNG.normal(size=n) * 0.7
+    jt = rt.JacobianTape(g, x0)
+    cj = rt.compile(jt)
+    x = x0 + 0.05 * RNG.normal(size=n)
+    try:
+        J = jt.jacobian(x)
+    except rt.BranchChanged:
+        return
+    v = RNG.normal(size=n)
+    np.testing.assert_allclose(cj.jvp(x, v), J @ v, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(cj.jvp(x, np.eye(n)[1]), J[:, 1], rtol=1e-12, atol=1e-12)
+
+
+def test_jvp_of_tuple_inputs_and_bad_tangents():
+    f = lambda a, b: np.stack([np.sum(a * b), a[0] ** 2 * b])
+    ct = rt.compile(rt.JacobianTape(f, (np.array([1.0, 2.0]), 3.0)))
+    a, b = np.array([0.5, -1.0]), 2.0
+    assert np.allclose(ct.jvp((a, b), (np.array([1.0, 0.0]), 0.0)), [b, 2 * a[0] * b])
+    assert np.allclose(ct.jvp((a, b), (np.zeros(2), 1.0)), [np.sum(a), a[0] ** 2])
+    with pytest.raises(rt.InputError):
+        ct.jvp((a, b), np.ones(3))                   # not one tangent per input
+    with pytest.raises(rt.InputError):
+        ct.jvp((a, b), (np.array([np.nan, 0.0]), 0.0))
+    with pytest.raises(rt.OutputError):
+        rt.compile(rt.HessianTape(lambda x: np.sum(x ** 3), np.ones(2))).jvp(np.ones(2), np.ones(2))
+
+
+def test_a_zero_tangent_never_becomes_nan_through_an_infinite_partial():
+    # d sqrt(x1) / d x1 is inf at 0, but the tangent along x0 does not touch x1
+    f = lambda x: np.stack([np.sqrt(x[1]) + x[0], x[0] * 2.0])
+    ct = rt.compile(rt.JacobianTape(f, np.array([1.0, 1.0])))
+    np.testing.assert_array_equal(ct.jvp(np.array([1.0, 0.0]), np.array([1.0, 0.0])), [1.0, 2.0])
+
+
 def test_elementwise_math_is_bit_for_bit_where_libm_is_shared():
     f = lambda x: x[0] * x[1] + x[0] / x[1] - x[1] ** 2 + np.sqrt(x[0])
     x = np.array([1.7, 0.3])
@@ -210,11 +269,16 @@ def _run_state(state):
 
 
 def lib_vg(ct):
+    """Every C entry point on a program the verifier accepted."""
     from revtape._vm import ffi, lib
     g = np.zeros(max(ct._program.n_grad, 1))
     lib.rt_value_and_grad(ct._p, ffi.NULL, ffi.new("double *"), ffi.from_buffer("double[]", g))
     J = np.zeros(max(ct._program.out_len * ct._program.n_grad, 1))
     lib.rt_jacobian(ct._p, ffi.NULL, ffi.NULL, ffi.from_buffer("double[]", J))
+    lib.rt_jacobian_fwd(ct._p, ffi.NULL, ffi.NULL, ffi.from_buffer("double[]", J))
+    ydot = np.zeros(max(ct._program.out_len, 1))
+    lib.rt_jvp(ct._p, ffi.NULL, ffi.from_buffer("double[]", np.ones_like(g)), ffi.NULL,
+               ffi.from_buffer("double[]", ydot))
 
 
 def test_verifier_refuses_out_of_range_offsets():

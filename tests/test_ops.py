@@ -713,6 +713,10 @@ def test_hessian_vs_finite_differences_of_gradient(name, rng):
     np.testing.assert_allclose(ht.gradient(x2), rt.gradient(f, x2), **EXACT)
     np.testing.assert_allclose(ht.forward(x2), f(x2), **EXACT)
     np.testing.assert_allclose(ht.hvp(x2, v), rt.hessian(f, x2) @ v, rtol=1e-12, atol=1e-12)
+    # compiled: tangent sweeps over the gradient program (forward-over-reverse)
+    ch = rt.compile(ht)
+    np.testing.assert_allclose(ch.hessian(x2), rt.hessian(f, x2), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ch.hvp(x2, v), rt.hessian(f, x2) @ v, rtol=1e-12, atol=1e-12)
 
 
 def test_hessian_analytic():

@@ -350,12 +350,13 @@ class CompiledTape:
             raise OutputError("use hessian() on a HessianTape")
         return self._jacobian(x, out, prog.out_shape)
 
-    def _jacobian(self, x, out, yshape):
+    def _jacobian(self, x, out, yshape, sweeps=lib.rt_jacobian):
+        """J at x shaped yshape + input shapes, by one reverse sweep per row
+        (rt_jacobian) or one tangent sweep per column (rt_jacobian_fwd)."""
         prog = self._program
         m, n = prog.out_len, prog.n_grad
         J = np.empty((m, n))
-        self._status(lib.rt_jacobian(self._p, self._x_ptr(x), ffi.NULL,
-                                     ffi.from_buffer("double[]", J)))
+        self._status(sweeps(self._p, self._x_ptr(x), ffi.NULL, ffi.from_buffer("double[]", J)))
         self._mark_replayed()
         parts, k = [], 0
         for shape in self._grad_shapes:
@@ -379,6 +380,31 @@ class CompiledTape:
                                 ffi.NULL, ffi.from_buffer("double[]", g)))
         self._mark_replayed()
         return self._split_grad(g, None)
+
+    def jvp(self, x, v):
+        """J v at x (shaped like the output): one forward and one tangent sweep
+        (forward mode) in C.  v is shaped like the differentiated input(s)."""
+        if self._kind == "hessian":
+            raise OutputError("a HessianTape's tangent is its Hessian: use hvp()")
+        ydot = self._jvp_flat(x, v)
+        shape = self._program.out_shape
+        return float(ydot[0]) if shape == () else ydot.reshape(shape)
+
+    def _jvp_flat(self, x, v):
+        if len(self._grad_shapes) == 1 and self._single:
+            vs = [check_input(v, self._grad_shapes[0], self._in_float[0])]
+        else:
+            if not isinstance(v, (tuple, list)) or len(v) != len(self._grad_shapes):
+                raise InputError(f"pass v as a tuple of {len(self._grad_shapes)} tangents, one "
+                                 "per differentiated input")
+            vs = [check_input(vi, s, isf) for vi, s, isf in
+                  zip(v, self._grad_shapes, self._in_float)]
+        vflat = np.concatenate([np.ravel(vi) for vi in vs]) if vs else np.empty(0)
+        ydot = np.empty(self._program.out_len)
+        self._status(lib.rt_jvp(self._p, self._x_ptr(x), ffi.from_buffer("double[]", vflat),
+                                ffi.NULL, ffi.from_buffer("double[]", ydot)))
+        self._mark_replayed()
+        return ydot
 
     # ------------------------------------------------ HessianTape programs
     def _hessian_value_and_gradient(self, x, out):
@@ -408,21 +434,27 @@ class CompiledTape:
             self._lock.release()
         return value, g
 
+    # Forward-over-reverse: the program of a HessianTape computes f's gradient
+    # (the reverse pass, recorded), and tangent sweeps over it differentiate
+    # that gradient in C.
     def hessian(self, x, out=None):
-        """The Hessian at x (input.shape * 2): one reverse sweep of the gradient
+        """The Hessian at x (input.shape * 2): one tangent sweep of the gradient
         program per input element, in C."""
         h = self._hessian_program()
         if h._parts is not None:
             flat = h._parts.flatten(x)
-            return h._parts.blocks(h._jacobian(flat, None, flat.shape), out)
-        return h._jacobian(x, out, h._grad_shapes[0])
+            return h._parts.blocks(h._jacobian(flat, None, flat.shape, lib.rt_jacobian_fwd), out)
+        return h._jacobian(x, out, h._grad_shapes[0], lib.rt_jacobian_fwd)
 
     def hvp(self, x, v):
-        """H(x) v: one forward and one reverse sweep of the gradient program."""
+        """H(x) v: one forward and one tangent sweep of the gradient program."""
         h = self._hessian_program()
         if h._parts is not None:
-            return h._parts.split_result(h.vjp(h._parts.flatten(x), h._parts.flatten(v)), None)
-        return h.vjp(x, v)
+            hv = h._jvp_flat(h._parts.flatten(x), h._parts.flatten(v))
+            return h._parts.split_result(hv, None)
+        hv = h._jvp_flat(x, v)
+        shape = h._grad_shapes[0]
+        return float(hv[0]) if h._in_float[0] else hv.reshape(shape)
 
     def _hessian_program(self):
         """This program if it is a HessianTape's; else the compiled gradient tape of

@@ -503,11 +503,24 @@ def backprop(instrs, vals, out_id, seed, active):
     """
     adj = {out_id: seed}
     add = ops.P.add
+    # Scalar reads x[i] of one array, deferred until x's adjoint is complete
+    # (at x's producer, or at the end for an input) and then added as ONE
+    # scatter: a scalar loop over x would otherwise add one dense x-sized
+    # vector per read, O(n) work each (and O(n^2) in a Hessian's program).
+    reads = {}
     for op, out, args, params in reversed(instrs):
         if out < 0 or not op.diff:
             continue
         g = adj.pop(out, None)
+        if out in reads:
+            g = _add_reads(reads.pop(out), g, shape_of(vals[out]))
         if g is None:
+            continue
+        if op is _ITEM:
+            if args[0] in active:
+                idx, gs = reads.setdefault(args[0], ([], []))
+                idx.append(params["i"])
+                gs.append(g)
             continue
         argvals = [vals[a] for a in args]
         ans = vals[out]
@@ -517,7 +530,24 @@ def backprop(instrs, vals, out_id, seed, active):
             gi = ops.unbroadcast(vjp_of(op, i, g, ans, argvals, params), shape_of(argvals[i]))
             prev = adj.get(a)
             adj[a] = gi if prev is None else add(prev, gi)
+    for node, node_reads in reads.items():
+        adj[node] = _add_reads(node_reads, adj.get(node), shape_of(vals[node]))
     return adj
+
+
+_ITEM = ops.OPS["item"]
+
+
+def _add_reads(node_reads, prev, shape):
+    """prev + the adjoints of the scalar reads x[i] of a node shaped `shape`."""
+    P = ops.P
+    idx, gs = node_reads
+    if len(gs) == 1:
+        g = P.scatter_add(gs[0], idx=np.array(idx[0]), shape=shape)
+    else:
+        pieces = [P.reshape(gi, shape=(1,)) for gi in gs]
+        g = P.scatter_add(P.concat(*pieces, axis=0), idx=np.array(idx), shape=shape)
+    return g if prev is None else P.add(prev, g)
 
 
 def trace_gradient(tape):
