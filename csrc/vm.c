@@ -1,4 +1,4 @@
-/* revtape's virtual machine: verifier, forward sweep, reverse sweeps.
+/* revtape's virtual machine: verifier, forward sweep, reverse and tangent sweeps.
  *
  * The contract (instruction encoding, arena layout, statuses) is in vm.h; the
  * elementwise kernels are generated from the X-macro tables of

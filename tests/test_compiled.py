@@ -116,6 +116,11 @@ def test_jvp_of_tuple_inputs_and_bad_tangents():
         ct.jvp((a, b), (np.array([np.nan, 0.0]), 0.0))
     with pytest.raises(rt.OutputError):
         rt.compile(rt.HessianTape(lambda x: np.sum(x ** 3), np.ones(2))).jvp(np.ones(2), np.ones(2))
+    sq = rt.compile(rt.JacobianTape(lambda x: x ** 2, np.ones(3)))
+    np.testing.assert_array_equal(sq.jvp(np.arange(3.0), np.ones(3)), [0.0, 2.0, 4.0])
+    for bad in (np.array([np.inf, 0.0, 0.0]), np.ones(2), np.ones((3, 1))):
+        with pytest.raises(rt.InputError):
+            sq.jvp(np.ones(3), bad)             # the C side refuses the inf itself
 
 
 def test_a_zero_tangent_never_becomes_nan_through_an_infinite_partial():

@@ -391,15 +391,18 @@ class CompiledTape:
         return float(ydot[0]) if shape == () else ydot.reshape(shape)
 
     def _jvp_flat(self, x, v):
+        # the C side refuses a non-finite tangent, as it does x
         if len(self._grad_shapes) == 1 and self._single:
-            vs = [check_input(v, self._grad_shapes[0], self._in_float[0])]
+            vflat = v
+            if not (type(v) is _ND and v.dtype is _F64 and v.shape == self._grad_shapes[0]
+                    and v.flags.c_contiguous):
+                vflat = np.ravel(check_input(v, self._grad_shapes[0], self._in_float[0]))
         else:
             if not isinstance(v, (tuple, list)) or len(v) != len(self._grad_shapes):
                 raise InputError(f"pass v as a tuple of {len(self._grad_shapes)} tangents, one "
                                  "per differentiated input")
-            vs = [check_input(vi, s, isf) for vi, s, isf in
-                  zip(v, self._grad_shapes, self._in_float)]
-        vflat = np.concatenate([np.ravel(vi) for vi in vs]) if vs else np.empty(0)
+            vflat = np.concatenate([np.ravel(check_input(vi, s, isf)) for vi, s, isf in
+                                    zip(v, self._grad_shapes, self._in_float)] + [np.empty(0)])
         ydot = np.empty(self._program.out_len)
         self._status(lib.rt_jvp(self._p, self._x_ptr(x), ffi.from_buffer("double[]", vflat),
                                 ffi.NULL, ffi.from_buffer("double[]", ydot)))

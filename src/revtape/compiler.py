@@ -55,7 +55,7 @@ class Program:
 
     @property
     def out_len(self):
-        return int(np.prod(self.out_shape, dtype=np.int64))
+        return math.prod(self.out_shape)
 
     def to_state(self):
         return dict(self.__dict__)
