@@ -921,13 +921,19 @@ static void rt_matmul_acc(double *out, const double *A, const double *B,
                           int64_t M, int64_t K, int64_t N)
 {
     int64_t i, j, k;
-    if (N == 1) {                           /* matrix-vector: a dot per row */
+    if (N == 1) {                           /* matrix-vector: as in rt_matmul */
         for (i = 0; i < M; i++) {
             const double *ai = A + i * K;
-            double s = 0.0;
-            for (k = 0; k < K; k++)
-                s += ai[k] * B[k];
-            out[i] += s;
+            double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+            for (k = 0; k + 4 <= K; k += 4) {
+                s0 += ai[k] * B[k];
+                s1 += ai[k + 1] * B[k + 1];
+                s2 += ai[k + 2] * B[k + 2];
+                s3 += ai[k + 3] * B[k + 3];
+            }
+            for (; k < K; k++)
+                s0 += ai[k] * B[k];
+            out[i] += (s0 + s1) + (s2 + s3);
         }
         return;
     }
