@@ -195,6 +195,14 @@ class _Lowering:
         idx = np.broadcast_to(src, shape)
         return self.gather(self.offset[node], _size(s), idx, node in self.adj)
 
+    def _uses(self):
+        """{node: how many operands of kept instructions (guards included) it is}"""
+        uses = {}
+        for op, out, args, params in self.kept:
+            for a in args:
+                uses[a] = uses.get(a, 0) + 1
+        return uses
+
     def fusions(self):
         """Scalar pairs to emit as one superinstruction: {inner index: outer
         index} for the instructions absorbed, and {outer index: (kind, inner
@@ -205,16 +213,19 @@ class _Lowering:
         one slot), so the fused reverse accumulates every adjoint in the same
         order as the pair would (bit-for-bit the same gradients)."""
         kept, vals = self.kept, self.vals
-        uses, base = {}, {}
+        uses, base = self._uses(), {}
         for op, out, args, params in kept:
-            for a in args:
-                uses[a] = uses.get(a, 0) + 1
             if op.family == ops.STRUCT and op.name in ("reshape", "item", "take"):
                 base[out] = base.get(args[0], args[0])     # may be an alias of args[0]
         slots = lambda args: {base.get(a, a) for a in args}
-        # reshape and item are offsets, never instructions: they accumulate nothing
-        readers = [() if op.family == ops.STRUCT and op.name in ("reshape", "item")
-                   else slots(args) for op, out, args, params in kept]
+
+        def reads(m):
+            op = kept[m][0]
+            # reshape and item are offsets, never instructions: they accumulate nothing
+            if op.family == ops.STRUCT and op.name in ("reshape", "item"):
+                return ()
+            return slots(kept[m][2])
+
         producer, inner_of, outer_of = {}, {}, {}
 
         def fusable(t, k, want):
@@ -223,7 +234,7 @@ class _Lowering:
                     or k - i > 8 or i in inner_of):
                 return None
             operands = slots(kept[i][2])
-            if any(operands.intersection(readers[m]) for m in range(i + 1, k)):
+            if any(operands.intersection(reads(m)) for m in range(i + 1, k)):
                 return None
             return i
 
@@ -257,12 +268,9 @@ class _Lowering:
         that write to the last link's place changes no bit.
         Forward adds in the recorded order with the recorded roundings."""
         kept, vals, adj, roots = self.kept, self.vals, self.adj, self.roots
-        uses, owned = {}, set()
-        for k, (op, out, args, params) in enumerate(kept):
-            for a in args:
-                uses[a] = uses.get(a, 0) + 1
-            if op.family not in _ALIASING and type(vals[out]) is float and k not in inner:
-                owned.add(out)
+        uses = self._uses()
+        owned = {out for k, (op, out, args, params) in enumerate(kept)
+                 if op.family not in _ALIASING and type(vals[out]) is float and k not in inner}
         sole = lambda t: t in owned and uses.get(t) == 1
         open_chains, absorbed, chains = {}, set(), {}
         for k, (op, out, args, params) in enumerate(kept):
@@ -279,7 +287,8 @@ class _Lowering:
             if link is not None:
                 j, start, terms = open_chains.pop(link[0])
                 absorbed.add(j)
-                open_chains[out] = (k, start, terms + [(link[1], sign)])
+                terms.append((link[1], sign))
+                open_chains[out] = (k, start, terms)
                 continue
             for start, t in ((a, b), (b, a)) if op is _ADD else ((a, b),):
                 if sole(t) and t in adj and (start not in adj or sole(start)):
