@@ -1385,8 +1385,8 @@ static int rt_verify_program(rt_vctx *vc)
         return rt_vfail(vc, "code is NULL");
     if (p->n_ints > 0 && p->ints == NULL)
         return rt_vfail(vc, "ints is NULL");
-    if (p->n_vals > 0 && (p->vals == NULL || p->adj == NULL))
-        return rt_vfail(vc, "vals or adj is NULL");
+    if ((p->n_vals > 0 || p->n_instr > 0) && (p->vals == NULL || p->adj == NULL))
+        return rt_vfail(vc, "vals or adj is NULL");   /* kernels offset them even for n = 0 */
     if (p->n_vals > 0) {
         const uintptr_t v0 = (uintptr_t)p->vals, d0 = (uintptr_t)p->adj;
         const uintptr_t bytes = (uintptr_t)p->n_vals * sizeof(double);
@@ -1574,7 +1574,8 @@ int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
             rt_zero_adj(p);
             p->adj[p->out_off + i] = 1.0;
             rt_run_reverse(p);
-            rt_copy_grad(p, J + i * p->n_grad);
+            if (p->n_grad > 0)              /* J may be NULL when it has no columns */
+                rt_copy_grad(p, J + i * p->n_grad);
         }
     }
     return rt_release(p, st);
