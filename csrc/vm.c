@@ -52,6 +52,16 @@
 #endif
 #define VM_NEXT goto vm_next
 
+/* The forward and reverse sweeps go to .text.hot, which the linker places
+ * ahead of the other code: their layout, to which the dispatch's branch
+ * prediction is sensitive (growing an unrelated function by 144 bytes once
+ * cost Rosenbrock 13%), then no longer moves when other functions change. */
+#if defined(__GNUC__)
+#define RT_HOT __attribute__((hot))
+#else
+#define RT_HOT
+#endif
+
 /* Compile-time check that the switches below cover every opcode: the cases
  * are generated from the family tables, plus 3 WHERE variants and 5
  * hand-written kernels (GATHER, SCATTER_ADD, SCATTER, MATMUL, CLIP, AXPY, SQDIFF, CSUM).  Case
@@ -312,7 +322,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
         VM_NEXT;                                                              \
     }
 
-static int rt_run_forward(rt_program *p)
+RT_HOT static int rt_run_forward(rt_program *p)
 {
     const int32_t *const code = p->code;
     const int32_t *const ints = p->ints;
@@ -602,7 +612,7 @@ vm_next:
 #define REV_NONE_GUARD(NAME, ...) VM_CASE(GUARD_##NAME)
 
 /* One reverse sweep over p; adj must be zeroed and seeded by the caller. */
-static void rt_run_reverse(const rt_program *p)
+RT_HOT static void rt_run_reverse(const rt_program *p)
 {
     const int32_t *const code = p->code;
     const int32_t *const ints = p->ints;
