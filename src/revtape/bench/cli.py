@@ -5,7 +5,8 @@ hand-written numpy reference (1e-8 relative, at a point other than the
 recording point and at the recording point), then time it: calibrated
 batches of ~2 ms, warm-up, repeated batches, median / min / max microseconds
 per value-and-gradient call (``time.perf_counter_ns``), and the ratio to the
-``revtape`` column.  A column that cannot run is ``skipped`` with its reason;
+``revtape`` column.  A workload's columns take turns, one batch each per
+round, so a noisy spell on a shared machine hits them all alike.  A column that cannot run is ``skipped`` with its reason;
 one whose result disagrees is a ``mismatch`` and is not timed.
 
 Progress goes to stderr, the table to stdout, ``--json`` and ``--plot`` to files.
@@ -230,43 +231,58 @@ class Bench:
                     f"{self.s.setup_budget_s:g} s (--setup-budget)")
         return None
 
-    def run_column(self, name, rec, x, L=None):
+    def prepare_column(self, name, rec, x, L=None):
+        """Build, verify and calibrate a column: (column, max rel err, calls per
+        batch, slow), or the result dict of a column that will not be timed."""
         wl = rec.wl
         budgeted = name not in ("revtape", "revtape-bind", "c-ref", "numpy-ref")
         if name in self.peer_ok or name == "jax-scan":
             ok, why = self.peer_ok["jax" if name == "jax-scan" else name]
             if not ok:
-                return _col("skipped", why), None
+                return _col("skipped", why)
         if budgeted:
             why = self._budget_skip(name, L)
             if why:
-                return _col("skipped", why), None
+                return _col("skipped", why)
         try:
             col = C.build_column(name, rec, x, setup_budget=self.s.setup_budget_s)
         except C.Skip as exc:
-            return _col("skipped", str(exc)), None
+            return _col("skipped", str(exc))
         except Exception as exc:
-            return _col("mismatch", f"building the column raised {type(exc).__name__}: {exc}"), None
+            return _col("mismatch", f"building the column raised {type(exc).__name__}: {exc}")
         try:
             err, t_call = C.verify(col, wl)
         except C.Mismatch as exc:
-            return _col("mismatch", str(exc), setup_s=col.setup_s, max_rel_err=exc.err), col
+            return _col("mismatch", str(exc), setup_s=col.setup_s, max_rel_err=exc.err)
         if L is not None:
             self.history[name] = (L, t_call, col.setup_s if name not in (
                 "revtape-ref",) else None)
         if budgeted and t_call > self.s.call_budget_s:
             return _col("skipped", f"one call took {t_call:.2g} s > per-call budget "
                         f"{self.s.call_budget_s:g} s (--call-budget)", setup_s=col.setup_s,
-                        max_rel_err=err), col
+                        max_rel_err=err)
         try:
-            m = C.measure(col.loop, self.s.timing, t_call)
+            n, slow = C.calibrate(col.loop, self.s.timing, t_call)
         except Exception as exc:
             return _col("mismatch", f"raised while timing: {type(exc).__name__}: {exc}",
-                        setup_s=col.setup_s, max_rel_err=err), col
-        d = _col("ok", setup_s=col.setup_s, max_rel_err=err, **m)
-        if col.note:
-            d["note"] = col.note
-        return d, col
+                        setup_s=col.setup_s, max_rel_err=err)
+        return col, err, n, slow
+
+    def measure_columns(self, prepared):
+        """Result dicts of prepared columns, timed together (they take turns)."""
+        try:
+            ms = C.measure_together([(col.loop, n, slow) for col, _, n, slow in prepared],
+                                    self.s.timing)
+        except Exception as exc:
+            return [_col("mismatch", f"raised while timing: {type(exc).__name__}: {exc}",
+                         setup_s=col.setup_s, max_rel_err=err) for col, err, _, _ in prepared]
+        out = []
+        for (col, err, _, _), m in zip(prepared, ms):
+            d = _col("ok", setup_s=col.setup_s, max_rel_err=err, **m)
+            if col.note:
+                d["note"] = col.note
+            out.append(d)
+        return out
 
     def _record(self, key, wl):
         rec = self.recorded.get(key)
@@ -295,10 +311,20 @@ class Bench:
         if rec.ctape is not None:
             extra["tape"]["program_instructions"] = int(rec.ctape.program.code.shape[0])
         cols = entry["columns"]
-        for name in self.column_names(kind):
-            self.log(f"{key}: {name} ...")
-            d, _ = self.run_column(name, rec, x, L)
+        # every column is built and checked first, then all are timed together
+        names, prepared = self.column_names(kind), {}
+        for name in names:
+            self.log(f"{key}: {name}: building and checking ...")
+            prep = self.prepare_column(name, rec, x, L)
+            if isinstance(prep, dict):
+                cols[name] = prep
+            else:
+                prepared[name] = prep
+        self.log(f"{key}: timing {', '.join(prepared)} (taking turns) ...")
+        for name, d in zip(prepared, self.measure_columns(list(prepared.values()))):
             cols[name] = d
+        entry["columns"] = cols = {name: cols[name] for name in names}
+        for name, d in cols.items():
             self.log(f"{key}: {name}: " + (f"{_fmt_us(d['median_us'])} us/call"
                                             if d["status"] == "ok" else
                                             f"{d['status']}: {d.get('reason', '')}"))

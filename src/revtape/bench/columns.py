@@ -355,52 +355,78 @@ def _time_batch(loop, n) -> int:
     return time.perf_counter_ns() - t0
 
 
-def measure(loop, cfg: TimingConfig, t_call_s: float | None = None) -> dict:
-    """Median/min/max microseconds per call over batches of ~cfg.batch_ms.
-
-    The batch size is calibrated (doubling from 1 until a batch takes at least
-    half the target), then warm-up batches run for cfg.warmup_s, then batches are
-    timed until cfg.measure_s has passed (at least cfg.min_batches)."""
+def calibrate(loop, cfg: TimingConfig, t_call_s: float | None = None):
+    """(calls per batch, slow): doubling from 1 until a batch takes at least half
+    of cfg.batch_ms; `slow` when even one call takes longer than two batches."""
     target_ns = cfg.batch_ms * 1e6
+    n = 1
+    if t_call_s is not None and t_call_s * 1e9 < target_ns / 4:
+        n = max(1, int(target_ns / 4 / max(t_call_s * 1e9, 1.0)))
+    while True:
+        dt = _time_batch(loop, n)
+        if dt >= target_ns / 2 or n >= 1 << 24:
+            break
+        n = max(n * 2, int(n * target_ns / max(dt, 1)))
+    return n, dt > 2 * target_ns and n == 1
+
+
+def measure_together(loops, cfg: TimingConfig) -> list:
+    """Median/min/max microseconds per call of each (loop, batch size, slow).
+
+    The loops take turns, one batch each per round, so a noisy spell on a
+    shared machine lands on every column alike rather than on one column's
+    whole measurement.  After cfg.warmup_s of rounds, rounds are timed until
+    every loop has cfg.min_batches and cfg.measure_s per loop has passed; a
+    loop stops at its cap (cfg.max_slow_batches for slow ones)."""
+    if not loops:
+        return []
     gc.collect()
     gc_was = gc.isenabled()
     gc.disable()
+    batches = [[] for _ in loops]
     try:
-        # calibrate (doubles as the first warm-up)
-        n = 1
-        if t_call_s is not None and t_call_s * 1e9 < target_ns / 4:
-            n = max(1, int(target_ns / 4 / max(t_call_s * 1e9, 1.0)))
-        while True:
-            dt = _time_batch(loop, n)
-            if dt >= target_ns / 2 or n >= 1 << 24:
-                break
-            n = max(n * 2, int(n * target_ns / max(dt, 1)))
-        slow = dt > 2 * target_ns and n == 1
-        # warm-up
         t_end = time.perf_counter_ns() + cfg.warmup_s * 1e9
-        while not slow and time.perf_counter_ns() < t_end:
-            _time_batch(loop, n)
-        batches = []
-        t_end = time.perf_counter_ns() + cfg.measure_s * 1e9
-        cap = cfg.max_slow_batches if slow else cfg.max_batches
-        while len(batches) < cap:
-            batches.append(_time_batch(loop, n))
-            if len(batches) >= cfg.min_batches and time.perf_counter_ns() >= t_end:
+        while time.perf_counter_ns() < t_end:
+            for loop, n, slow in loops:
+                if not slow:
+                    _time_batch(loop, n)
+        t_end = time.perf_counter_ns() + cfg.measure_s * 1e9 * len(loops)
+        caps = [cfg.max_slow_batches if slow else cfg.max_batches for _, _, slow in loops]
+        rounds = 0
+        while True:
+            active = [k for k, b in enumerate(batches) if len(b) < caps[k]]
+            if not active:
                 break
-            if len(batches) % 8 == 0 and gc_was:
+            for k in active:
+                loop, n, _ = loops[k]
+                batches[k].append(_time_batch(loop, n))
+            rounds += 1
+            if (time.perf_counter_ns() >= t_end
+                    and all(len(b) >= min(cfg.min_batches, c) for b, c in zip(batches, caps))):
+                break
+            if rounds % 8 == 0 and gc_was:
                 gc.enable()
                 gc.collect(0)
                 gc.disable()
     finally:
         if gc_was:
             gc.enable()
-    per_call = np.array(batches, dtype=np.float64) / n / 1e3
-    return {"median_us": float(np.median(per_call)), "min_us": float(per_call.min()),
-            "max_us": float(per_call.max()), "batch_size": n, "batches": len(batches)}
+    out = []
+    for (loop, n, _), b in zip(loops, batches):
+        per_call = np.array(b, dtype=np.float64) / n / 1e3
+        out.append({"median_us": float(np.median(per_call)), "min_us": float(per_call.min()),
+                    "max_us": float(per_call.max()), "batch_size": n, "batches": len(b)})
+    return out
+
+
+def measure(loop, cfg: TimingConfig, t_call_s: float | None = None) -> dict:
+    """measure_together for one loop."""
+    n, slow = calibrate(loop, cfg, t_call_s)
+    return measure_together([(loop, n, slow)], cfg)[0]
 
 
 __all__ = ["Column", "Skip", "Mismatch", "Recorded", "TimingConfig", "record", "build_column", "sampler_callable",
-           "verify", "measure", "program_stats", "timing_point", "check_points", "rel_err",
+           "verify", "calibrate", "measure", "measure_together", "program_stats", "timing_point", "check_points", "rel_err",
            "vm", "REVTAPE_COLUMNS", "W"]
 
 
