@@ -606,10 +606,14 @@ vm_next:
         VM_NEXT;                                                              \
     }
 
-/* Ops without a reverse rule (masks, guards, ALL/ANY): case labels only. */
+/* Ops without derivatives (masks, guards, ALL/ANY): nothing to do in the
+ * reverse or the tangent sweep. */
 #define REV_NONE1(NAME, ...) VM_CASE(NAME)
 #define REV_NONE3(NAME, ...) VM_CASE(NAME##_VV) VM_CASE(NAME##_VS) VM_CASE(NAME##_SV)
 #define REV_NONE_GUARD(NAME, ...) VM_CASE(GUARD_##NAME)
+#define RT_NO_DERIVATIVE                                                      \
+        RT_UNARY_ND(REV_NONE1) RT_BINARY_ND(REV_NONE3) RT_GUARDS(REV_NONE_GUARD) \
+        VM_CASE(REDUCE_ALL) VM_CASE(REDUCE_ANY) VM_NEXT;
 
 /* One reverse sweep over p; adj must be zeroed and seeded by the caller. */
 RT_HOT static void rt_run_reverse(const rt_program *p)
@@ -638,12 +642,7 @@ vm_next:
         RT_UNARY(REV_UNARY)
         RT_BINARY(REV_BINARY)
 
-        RT_UNARY_ND(REV_NONE1)
-        RT_BINARY_ND(REV_NONE3)
-        RT_GUARDS(REV_NONE_GUARD)
-        VM_CASE(REDUCE_ALL)
-        VM_CASE(REDUCE_ANY)
-            VM_NEXT;
+        RT_NO_DERIVATIVE
 
         /* WHERE: the condition (a) is never differentiated. */
         VM_CASE(WHERE_VV) {
@@ -984,12 +983,7 @@ vm_next:
         RT_UNARY(TAN_UNARY)
         RT_BINARY(TAN_BINARY)
 
-        RT_UNARY_ND(REV_NONE1)
-        RT_BINARY_ND(REV_NONE3)
-        RT_GUARDS(REV_NONE_GUARD)
-        VM_CASE(REDUCE_ALL)
-        VM_CASE(REDUCE_ANY)
-            VM_NEXT;
+        RT_NO_DERIVATIVE
 
         VM_CASE(WHERE_VV) {
             for (i = 0; i < n; i++)
@@ -1464,11 +1458,10 @@ static int rt_release(rt_program *p, int status)
     return status;
 }
 
-/* Copies x in (unless NULL) and runs the forward sweep; the caller holds busy. */
+/* Copies x in (unless NULL) and runs the forward sweep; the caller holds busy
+ * and has checked `verified` (rt_begin). */
 static int rt_forward_locked(rt_program *p, const double *x)
 {
-    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
-        return RT_UNVERIFIED;
     if (x != NULL) {
         /* Replays take finite inputs only (SPEC: bad input is an error, not
          * a nan gradient); the check rides along with the copy. */
@@ -1482,6 +1475,21 @@ static int rt_forward_locked(rt_program *p, const double *x)
             return RT_NONFINITE;
     }
     return rt_run_forward(p);
+}
+
+/* The start every entry point shares: take the program, check that it was
+ * verified and that the caller passed every buffer it needs (`missing`),
+ * copy x in and run the forward sweep.  On RT_BUSY the program was not
+ * taken: return at once, without rt_release. */
+static int rt_begin(rt_program *p, const double *x, int missing)
+{
+    if (!rt_acquire(p))
+        return RT_BUSY;
+    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        return RT_UNVERIFIED;
+    if (missing)
+        return RT_BADARG;
+    return rt_forward_locked(p, x);
 }
 
 static void rt_copy_out(const rt_program *p, double *y)
@@ -1507,9 +1515,8 @@ int rt_forward(rt_program *p, const double *x, double *y)
     int st;
     if (p == NULL)
         return RT_BADARG;
-    if (!rt_acquire(p))
-        return RT_BUSY;
-    st = rt_forward_locked(p, x);
+    if ((st = rt_begin(p, x, 0)) == RT_BUSY)
+        return st;
     if (st == RT_OK)
         rt_copy_out(p, y);
     return rt_release(p, st);
@@ -1520,14 +1527,8 @@ int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g)
     int st;
     if (p == NULL || value == NULL)
         return RT_BADARG;
-    if (!rt_acquire(p))
-        return RT_BUSY;
-    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
-        st = RT_UNVERIFIED;
-    else if (p->out_len != 1 || (g == NULL && p->n_grad > 0))
-        st = RT_BADARG;
-    else
-        st = rt_forward_locked(p, x);
+    if ((st = rt_begin(p, x, p->out_len != 1 || (g == NULL && p->n_grad > 0))) == RT_BUSY)
+        return st;
     if (st == RT_OK) {
         rt_zero_adj(p);
         p->adj[p->out_off] = 1.0;
@@ -1544,14 +1545,9 @@ int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g
     int64_t i;
     if (p == NULL)
         return RT_BADARG;
-    if (!rt_acquire(p))
-        return RT_BUSY;
-    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
-        st = RT_UNVERIFIED;
-    else if ((w == NULL && p->out_len > 0) || (g == NULL && p->n_grad > 0))
-        st = RT_BADARG;
-    else
-        st = rt_forward_locked(p, x);
+    if ((st = rt_begin(p, x, (w == NULL && p->out_len > 0) || (g == NULL && p->n_grad > 0)))
+        == RT_BUSY)
+        return st;
     if (st == RT_OK) {
         rt_copy_out(p, y);
         rt_zero_adj(p);
@@ -1569,14 +1565,8 @@ int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
     int64_t i;
     if (p == NULL)
         return RT_BADARG;
-    if (!rt_acquire(p))
-        return RT_BUSY;
-    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
-        st = RT_UNVERIFIED;
-    else if (J == NULL && p->out_len > 0 && p->n_grad > 0)
-        st = RT_BADARG;
-    else
-        st = rt_forward_locked(p, x);
+    if ((st = rt_begin(p, x, J == NULL && p->out_len > 0 && p->n_grad > 0)) == RT_BUSY)
+        return st;
     if (st == RT_OK) {
         rt_copy_out(p, y);
         /* One forward, then one reverse sweep per output: row i of J. */
@@ -1609,14 +1599,9 @@ int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double
     int st;
     if (p == NULL)
         return RT_BADARG;
-    if (!rt_acquire(p))
-        return RT_BUSY;
-    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
-        st = RT_UNVERIFIED;
-    else if ((xdot == NULL && p->n_grad > 0) || (ydot == NULL && p->out_len > 0))
-        st = RT_BADARG;
-    else
-        st = rt_forward_locked(p, x);
+    if ((st = rt_begin(p, x, (xdot == NULL && p->n_grad > 0) || (ydot == NULL && p->out_len > 0)))
+        == RT_BUSY)
+        return st;
     if (st == RT_OK)
         st = rt_seed_tangent(p, xdot);
     if (st == RT_OK) {
@@ -1634,14 +1619,8 @@ int rt_jacobian_fwd(rt_program *p, const double *x, double *y, double *J)
     int64_t i, j;
     if (p == NULL)
         return RT_BADARG;
-    if (!rt_acquire(p))
-        return RT_BUSY;
-    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
-        st = RT_UNVERIFIED;
-    else if (J == NULL && p->out_len > 0 && p->n_grad > 0)
-        st = RT_BADARG;
-    else
-        st = rt_forward_locked(p, x);
+    if ((st = rt_begin(p, x, J == NULL && p->out_len > 0 && p->n_grad > 0)) == RT_BUSY)
+        return st;
     if (st == RT_OK) {
         rt_copy_out(p, y);
         /* One forward, then one tangent sweep per input: column j of J. */
