@@ -19,6 +19,7 @@ Arena layout: [inputs | constants | intermediates], see csrc/vm.h.
 """
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,6 +95,7 @@ class _Lowering:
         self.offset = {}        # node id -> arena offset (consts are offset into the const list first)
         self.adj = set()        # node ids that carry an adjoint
         self.guard_list = []
+        self._use_counts = None
 
     # ------------------------------------------------ analysis
     def analyse(self):
@@ -197,11 +199,9 @@ class _Lowering:
 
     def _uses(self):
         """{node: how many operands of kept instructions (guards included) it is}"""
-        uses = {}
-        for op, out, args, params in self.kept:
-            for a in args:
-                uses[a] = uses.get(a, 0) + 1
-        return uses
+        if self._use_counts is None:
+            self._use_counts = Counter(a for instr in self.kept for a in instr[2])
+        return self._use_counts
 
     def fusions(self):
         """Scalar pairs to emit as one superinstruction: {inner index: outer
