@@ -92,7 +92,8 @@ class HessianTape(Tape):
     f is recorded at x, then its forward and reverse passes are run again on
     tracked values, which records the gradient computation onto this tape.
     ``gradient(x)`` replays it; ``hessian(x)`` is its Jacobian;
-    ``hvp(x, v)`` one reverse sweep of it seeded with v.
+    ``hvp(x, v)`` one reverse sweep of it seeded with v (H is symmetric).
+    Compiled, the same two are tangent sweeps of it in C: forward-over-reverse.
     """
 
     def __init__(self, f, x):
