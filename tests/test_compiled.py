@@ -236,7 +236,7 @@ def test_dead_code_is_removed_and_constants_are_folded():
     tape = rt.GradientTape(f, np.ones(4))
     assert "exp" in repr(tape)          # recorded, then eliminated
     ct = rt.compile(tape)
-    names = [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]]
+    names = _opcodes(ct)
     assert "EXP" not in names and "SIN" not in names
     np.testing.assert_allclose(ct.gradient(np.ones(4)), np.sum(np.sin(data) ** 2) * np.ones(4))
 
@@ -591,6 +591,22 @@ def test_values_after_a_compiled_replay_are_readable_through_the_tape():
     assert rt.value(c2.tape.output) == pytest.approx(f(x1))
 
 
+def _opcodes(ct):
+    return [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]]
+
+
+def _assert_same_bits(fused, unfused, tape, xs):
+    """A fused program gives the unfused one's bits, and the reference's values."""
+    for x in xs:
+        v, g = fused.value_and_gradient(x)
+        v2, g2 = unfused.value_and_gradient(x)
+        assert v == v2
+        np.testing.assert_array_equal(g, g2)
+        v_ref, g_ref = tape.value_and_gradient(x)
+        assert v == pytest.approx(v_ref, rel=1e-15)
+        np.testing.assert_allclose(g, g_ref, rtol=1e-14)
+
+
 @pytest.mark.parametrize("f", [
     lambda x: x[0] + 0.001 * np.sin(x[1]),                 # a + c*b: fused
     lambda x: 0.5 * x[0] * x[1] + x[0],                     # product on the left
@@ -608,14 +624,7 @@ def test_fused_pairs_give_the_same_bits_as_the_pair(f, monkeypatch):
     monkeypatch.setattr(compiler._Lowering, "fusions", lambda self: ({}, {}))
     pair = rt.compile(tape)
     assert len(fused) < len(pair)
-    for x in (x0, x0 * 1.7, -x0):
-        v, g = fused.value_and_gradient(x)
-        v2, g2 = pair.value_and_gradient(x)
-        assert v == v2
-        np.testing.assert_array_equal(g, g2)
-        v_ref, g_ref = tape.value_and_gradient(x)
-        assert v == pytest.approx(v_ref, rel=1e-15)
-        np.testing.assert_allclose(g, g_ref, rtol=1e-14)
+    _assert_same_bits(fused, pair, tape, (x0, x0 * 1.7, -x0))
 
 
 def test_a_product_whose_operand_is_read_again_before_the_add_stays_apart():
@@ -626,7 +635,7 @@ def test_a_product_whose_operand_is_read_again_before_the_add_stays_apart():
         q = np.sin(x[0])
         return q + p
     ct = rt.compile(rt.GradientTape(f, np.array([0.3, 0.7])))
-    names = [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]]
+    names = _opcodes(ct)
     assert "AXPY" not in names and names.count("MUL_VV") == 1
     np.testing.assert_allclose(ct.gradient(np.array([0.3, 0.7])), [np.cos(0.3) + 0.7, 0.3], rtol=1e-15)
 
@@ -652,22 +661,15 @@ def test_sum_chains_give_the_same_bits_as_the_adds(f, n_csum, monkeypatch):
     fused = rt.compile(tape)
     monkeypatch.setattr(compiler._Lowering, "sum_chains", lambda self, inner, outer: (set(), {}))
     adds = rt.compile(tape)
-    names = [ops.VM_OPCODES[w & 0xFFFF] for w in fused.code[:, 0]]
+    names = _opcodes(fused)
     assert names.count("CSUM") == n_csum and (len(fused) < len(adds)) == (n_csum > 0)
-    for x in (x0, x0 * 1.7, -x0 + 0.1):
-        v, g = fused.value_and_gradient(x)
-        v2, g2 = adds.value_and_gradient(x)
-        assert v == v2
-        np.testing.assert_array_equal(g, g2)
-        v_ref, g_ref = tape.value_and_gradient(x)
-        assert v == pytest.approx(v_ref, rel=1e-15)
-        np.testing.assert_allclose(g, g_ref, rtol=1e-14)
+    _assert_same_bits(fused, adds, tape, (x0, x0 * 1.7, -x0 + 0.1))
 
 
 def test_rosenbrock_terms_add_up_in_one_csum():
     wl = workloads.rosenbrock_loop(n=100)
     ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
-    names = [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]]
+    names = _opcodes(ct)
     assert names.count("CSUM") == 1 and len(names) == 4 * 99 + 1
     assert "CSUM(@" in ct.disassemble()
     x = wl.x0 + 0.2
@@ -680,7 +682,7 @@ def test_rosenbrock_terms_add_up_in_one_csum():
 def test_verifier_refuses_csum_terms_outside_the_arena():
     ct = rt.compile(rt.GradientTape(lambda x: np.exp(x[0]) + np.sin(x[1]) - np.cos(x[0]), np.ones(2)))
     from revtape.compiled import CompiledTape
-    k = [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]].index("CSUM")
+    k = _opcodes(ct).index("CSUM")
     for bad_term in (ct.program.n_vals, ~ct.program.n_vals, 2**31 - 1, -2**31):
         state = ct.program.to_state()
         ints = state["ints"].copy()
@@ -700,6 +702,6 @@ def test_verifier_refuses_csum_terms_outside_the_arena():
 def test_chain_steps_fuse_into_axpy():
     wl = workloads.chain(50)
     ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
-    names = [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]]
+    names = _opcodes(ct)
     assert names.count("AXPY") == 50 and len(names) == 150
     np.testing.assert_allclose(ct.gradient(wl.x0), wl.numpy_vg(wl.x0)[1], rtol=1e-13)
