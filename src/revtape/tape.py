@@ -528,6 +528,8 @@ def backprop(instrs, vals, out_id, seed, active):
             if a not in active:
                 continue
             gi = ops.unbroadcast(vjp_of(op, i, g, ans, argvals, params), shape_of(argvals[i]))
+            if a in reads:                  # they came first: keep the order of the sum
+                adj[a] = _add_reads(reads.pop(a), adj.get(a), shape_of(argvals[i]))
             prev = adj.get(a)
             adj[a] = gi if prev is None else add(prev, gi)
     for node, node_reads in reads.items():
@@ -539,9 +541,18 @@ _ITEM = ops.OPS["item"]
 
 
 def _add_reads(node_reads, prev, shape):
-    """prev + the adjoints of the scalar reads x[i] of a node shaped `shape`."""
+    """prev + the adjoints of the scalar reads x[i] of a node shaped `shape`,
+    added in the order they were read back -- the order in which the C
+    reverse sweep accumulates them."""
     P = ops.P
     idx, gs = node_reads
+    if not getattr(prev, "_is_tracked", False) and not any(
+            getattr(g, "_is_tracked", False) for g in gs):
+        # plain numbers: np.add.at adds one by one, so each element is
+        # ((prev + g1) + g2) + ... to the last bit
+        out = np.zeros(shape) if prev is None else np.array(prev, dtype=np.float64)
+        np.add.at(out.reshape(-1), idx, gs)
+        return out[()]
     if len(gs) == 1:
         g = P.scatter_add(gs[0], idx=np.array(idx[0]), shape=shape)
     else:
