@@ -43,7 +43,6 @@ class Workload:
     c_name: str
     data: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
-    n_instructions_hint: int | None = None
 
     def make_c_vg(self, ffi, lib):
         """Return ``vg(x, g=None) -> (value, g)`` calling the C reference.
@@ -181,7 +180,6 @@ def eight_schools() -> Workload:
         c_name="ref_eight_schools_vg",
         data={"y": y, "sigma": sigma},
         params={},
-        n_instructions_hint=10 + 8 * 10,
     )
 
 
@@ -223,7 +221,6 @@ def rosenbrock_loop(n: int = 100) -> Workload:
         c_name="ref_rosenbrock_vg",
         data={},
         params={"n": n},
-        n_instructions_hint=8 * (n - 1),
     )
 
 
@@ -241,7 +238,6 @@ def rosenbrock_vec(n: int = 10000) -> Workload:
         c_name="ref_rosenbrock_vg",
         data={},
         params={"n": n},
-        n_instructions_hint=10,
     )
 
 
@@ -285,7 +281,6 @@ def logreg(N: int = 1000, D: int = 20, seed: int = 0) -> Workload:
         c_name="ref_logreg_vg",
         data={"X": X, "y": y},
         params={"N": N, "D": D, "seed": seed},
-        n_instructions_hint=8,
     )
 
 
@@ -325,7 +320,6 @@ def chain(L: int = 1000) -> Workload:
         c_name="ref_chain_vg",
         data={},
         params={"L": L},
-        n_instructions_hint=4 * L,
     )
 
 
