@@ -10,6 +10,7 @@ instruction buffer replayed by a small C virtual machine.
 from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, ConversionError,
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
+from .errors import PicklingError
 from .tape import NULL_TAPE, Tape
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
@@ -43,4 +44,5 @@ __all__ = [
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
     "BuildMismatchError", "BranchChanged", "StaleTape",
+    "PicklingError",
 ]

@@ -14,12 +14,14 @@ this raises ConcurrentUseError instead of racing.
 
 import copy as _copy
 import threading
+import types
 
 import numpy as np
 
 from . import compiler
 from .errors import (BuildMismatchError, ConcurrentUseError, InputError, OutputError,
                      RevtapeError, VerificationError)
+from .errors import PicklingError
 from .tape import branch_changed, check_input, check_out
 
 try:
@@ -332,7 +334,7 @@ class CompiledTape:
         xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
         value = ffi.new("double *")
 
-        def run():
+        def run(_pin):
             st = vg(p, xp, value, gp)
             if st:
                 status(st)
@@ -340,7 +342,10 @@ class CompiledTape:
             return value[0]
 
         run.ctape = self          # keeps the program (and the buffers, via xp/gp) alive
-        return run
+        # A bound method (a C-level call, as cheap as the plain function) whose
+        # __self__ refuses to pickle with advice: the callable holds raw pointers
+        # into this process's buffers.
+        return types.MethodType(run, _BoundPin())
 
     def jacobian(self, x, out=None):
         """d output / d input at x (output.shape + input.shape): one reverse sweep per
@@ -487,6 +492,20 @@ class CompiledTape:
     def __reduce__(self):
         return (_rebuild, (self._program.to_state(), self._tape, self._guards,
                            self._n_grad_inputs))
+
+
+class _BoundPin:
+    """The __self__ of a ctape.bind(...) callable: pickling it fails with advice."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        raise PicklingError("a ctape.bind(x_buf, g_buf) callable holds C pointers into this "
+                            "process's buffers and cannot be pickled; pickle the compiled tape "
+                            "(ctape) instead and call bind() again on the loaded copy")
+
+    def __deepcopy__(self, memo):
+        return self
 
 
 def _rebuild(state, tape, guards, n_grad):
