@@ -32,7 +32,8 @@ import sysconfig
 import threading
 import types
 import warnings
-from collections import OrderedDict, namedtuple
+import itertools
+from collections import namedtuple
 from struct import pack as _struct_pack
 
 import numpy as np
@@ -58,6 +59,7 @@ _memmove = _ffi.memmove
 _ND = np.ndarray
 _F64 = np.dtype(np.float64)
 _empty = np.empty
+_get_ident = threading.get_ident
 
 
 class StaleTapeWarning(RuntimeWarning):
@@ -327,7 +329,7 @@ class _Replica:
     """One thread's copy of a variant's compiled program, and the arena slots
     its inputs are written to."""
 
-    __slots__ = ("ctape", "vg", "slots", "p", "value", "g_shape", "g_split", "status")
+    __slots__ = ("ctape", "vg", "slots", "p", "value", "g", "g_ptr", "g_split", "status")
 
     def __init__(self, ctape):
         self.ctape = ctape
@@ -349,10 +351,10 @@ class _Replica:
         shapes = ctape._grad_shapes
         floats = ctape._in_float[:len(shapes)]
         if len(shapes) == 1 and not floats[0]:
-            self.g_shape, self.g_split = shapes[0], None       # the gradient is g itself
+            self.g, self.g_split = _empty(shapes[0]), None     # the gradient is a copy of g
         else:
-            self.g_shape = (ctape._g_len,)
-            self.g_split = ctape._split_grad
+            self.g, self.g_split = _empty(ctape._g_len), ctape._split_grad
+        self.g_ptr = _from_buffer(_DOUBLES, self.g)
 
     def run(self, parts):
         for (ptr, view, nbytes), a in zip(self.slots, parts):
@@ -360,10 +362,10 @@ class _Replica:
                 _memmove(ptr, a, nbytes)
             else:
                 _copyto(view, a, casting="unsafe")     # dtype kinds are checked in _split
-        g = _empty(self.g_shape)
-        st = _vg(self.p, _NULL, self.value, _from_buffer(_DOUBLES, g))
+        st = _vg(self.p, _NULL, self.value, self.g_ptr)
         if st:
             self.status(st)
+        g = self.g.copy()
         return self.value[0], (g if self.g_split is None else self.g_split(g, None))
 
 
@@ -388,9 +390,10 @@ class _Variant:
 
 
 class _Entry:
-    __slots__ = ("variants", "eager", "eager_left", "backoff")
+    __slots__ = ("variants", "eager", "eager_left", "backoff", "last")
 
     def __init__(self):
+        self.last = 0           # a stamp from GradFunction._ticks: when last used
         self.variants = ()
         self.eager = False      # past MAX_VARIANTS: record every call for a while
         self.eager_left = 0     # eager calls before caching is tried again
@@ -440,10 +443,15 @@ class GradFunction:
         functools.update_wrapper(self, fun, updated=())
 
     def _reset(self):
-        self._cache = OrderedDict()      # key -> _Entry, least recently used first
+        self._cache = {}                 # key -> _Entry
         self._lock = threading.Lock()
-        self._stats = {"records": 0, "replays": 0, "branch_failures": 0, "stale": 0,
-                       "evictions": 0}
+        # The hot path takes no lock: a hit stamps its entry from a shared
+        # counter (next() on itertools.count is atomic), and replays are counted
+        # per thread (each thread writes only its own key).  Least recently
+        # used = smallest stamp, found when a new key is inserted.
+        self._ticks = itertools.count()
+        self._replays = {}
+        self._stats = {"records": 0, "branch_failures": 0, "stale": 0, "evictions": 0}
         self._warned = False
 
     # ------------------------------------------------ call
@@ -470,7 +478,8 @@ class GradFunction:
                     with self._lock:
                         entry.variants = ()        # bindings changed: every variant is suspect
                     break
-                r = v.replicas.get(threading.get_ident()) or v.replica()
+                ident = _get_ident()
+                r = v.replicas.get(ident) or v.replica()
                 try:
                     value, grads = r.vg(args[0]) if parts is None else r.run(parts)
                 except BranchChanged as e:
@@ -482,12 +491,13 @@ class GradFunction:
                                         "transform with rt.grad(f, on_stale='rerecord') "
                                         "(the default)") from e
                     continue
-                with self._lock:
-                    self._stats["replays"] += 1
-                    if i and v in entry.variants:     # most recently used first
-                        entry.variants = (v,) + tuple(w for w in entry.variants if w is not v)
-                    if key in self._cache:
-                        self._cache.move_to_end(key)
+                entry.last = next(self._ticks)
+                self._replays[ident] = self._replays.get(ident, 0) + 1
+                if i:
+                    with self._lock:              # most recently used first
+                        if v in entry.variants:
+                            entry.variants = (v,) + tuple(w for w in entry.variants
+                                                          if w is not v)
                 if self._single and not self.with_value and type(grads) is not tuple:
                     return grads
                 return self._result(value, grads)
@@ -553,12 +563,12 @@ class GradFunction:
         with self._lock:
             entry = self._cache.get(key)
             if entry is None:
-                entry = self._cache[key] = _Entry()
-                while self.cache_size is not None and len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+                cache = self._cache
+                while self.cache_size is not None and len(cache) >= self.cache_size:
+                    del cache[min(cache, key=lambda k: cache[k].last)]
                     self._stats["evictions"] += 1
-            else:
-                self._cache.move_to_end(key)
+                entry = cache[key] = _Entry()
+            entry.last = next(self._ticks)
             if not entry.eager and len(entry.variants) >= MAX_VARIANTS:
                 entry.eager = True
                 entry.variants = ()
@@ -639,6 +649,7 @@ class GradFunction:
         with self._lock:
             entries = list(self._cache.values())
             stats = dict(self._stats)
+            stats["replays"] = sum(list(self._replays.values()))
         return CacheInfo(variants=sum(len(e.variants) for e in entries),
                          eager=any(e.eager for e in entries), size=len(entries),
                          maxsize=self.cache_size, **stats)
