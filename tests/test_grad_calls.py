@@ -416,3 +416,15 @@ def test_non_finite_data_flows_as_numpy_computes_it():
 def test_complex_differentiated_array_is_refused():
     with pytest.raises(rt.InputError, match="real"):
         rt.grad(ab2)(A.astype(complex), B)
+
+
+def test_partials_and_callable_objects_replay_pickle_and_name_themselves():
+    import functools
+    g = rt.grad(functools.partial(H.logreg_loss, X=np.eye(2), y=np.array([1.0, 0.0])))
+    w = np.array([0.3, -0.4])
+    expected = H.logreg_grad(w, np.eye(2), np.array([1.0, 0.0]))
+    np.testing.assert_allclose(g(w), expected, rtol=1e-14)
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(g))(w), expected, rtol=1e-14)
+    assert "logreg_loss" in g.__name__
+    with pytest.raises(rt.InputError, match="logreg_loss"):
+        rt.grad(g.fun, argnums=1)(w)

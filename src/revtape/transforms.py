@@ -370,7 +370,7 @@ class _Replica:
 
 
 class _Variant:
-    __slots__ = ("ctape", "guards", "check", "replicas", "__weakref__")
+    __slots__ = ("ctape", "guards", "check", "replicas")
 
     def __init__(self, ctape, guards):
         self.ctape = ctape
@@ -414,7 +414,7 @@ def _normalise_argnums(argnums):
     nums = tuple(int(i) for i in nums)
     if len(set(nums)) != len(nums):
         raise InputError(f"argnums {nums} names an argument twice; name each once "
-                           "(as jax.grad requires)")
+                         "(as jax.grad requires)")
     return False, nums
 
 
@@ -441,6 +441,9 @@ class GradFunction:
         self._plans = {}                                # len(args) -> _plan(len(args))
         self._reset()
         functools.update_wrapper(self, fun, updated=())
+        if "__name__" not in self.__dict__:       # a partial or a callable object
+            inner = getattr(getattr(fun, "func", None), "__name__", None)
+            self.__name__ = f"partial({inner})" if inner else f"{type(fun).__name__} object"
 
     def _reset(self):
         self._cache = {}                 # key -> _Entry
@@ -498,8 +501,8 @@ class GradFunction:
                         if v in entry.variants:
                             entry.variants = (v,) + tuple(w for w in entry.variants
                                                           if w is not v)
-                if self._single and not self.with_value and type(grads) is not tuple:
-                    return grads
+                if self._single and type(grads) is not tuple:
+                    return (value, grads) if self.with_value else grads
                 return self._result(value, grads)
         return self._record(key, args, kwargs, argnums)
 
@@ -508,9 +511,21 @@ class GradFunction:
         order, then float-array data in argument order), and argnums."""
         argnums, diffs = self._plans.get(len(args)) or self._plan(len(args))
         key, data = [], []
-        for i, a, d in zip(range(len(args)), args, diffs):
-            if d:
-                if type(a) is _ND or isinstance(a, np.ndarray):
+        for i, a in enumerate(args):
+            if type(a) is _ND:                       # the common case first
+                dt = a.dtype
+                if diffs[i]:
+                    if dt.kind not in "biuf":
+                        raise InputError(f"argument {i} is differentiated: pass a real float "
+                                         f"array, got dtype {dt}")
+                    key.append((a.shape, dt))
+                    continue
+                if dt.kind == "f":                   # data: a tape input
+                    key.append((None, a.shape, dt))
+                    data.append(a)
+                    continue
+            elif diffs[i]:
+                if isinstance(a, np.ndarray):
                     if a.dtype.kind not in "biuf":
                         raise InputError(f"argument {i} is differentiated: pass a real float "
                                          f"array, got dtype {a.dtype}")
@@ -520,11 +535,8 @@ class GradFunction:
                 else:
                     raise InputError(f"argument {i} is differentiated: pass a float or an array, "
                                      f"got {type(a).__name__}")
-            elif type(a) is _ND and a.dtype.kind == "f":
-                key.append(("data", a.shape, a.dtype))
-                data.append(a)
-            else:
-                key.append(("static", _static_key(a, f"argument {i}")))
+                continue
+            key.append(("static", _static_key(a, f"argument {i}")))
         if kwargs:
             for k in sorted(kwargs):
                 key.append((k, _static_key(kwargs[k], f"keyword argument {k!r}")))
