@@ -396,7 +396,7 @@ class _Entry:
         self.last = 0           # a stamp from GradFunction._ticks: when last used
         self.variants = ()
         self.eager = False      # past MAX_VARIANTS: record every call for a while
-        self.eager_left = 0     # eager calls before caching is tried again
+        self.eager_left = -1    # eager calls before caching is tried again (< 0: never)
         self.backoff = EAGER_RETRY
 
 
@@ -564,6 +564,8 @@ class GradFunction:
     def _retry(self, entry):
         """True when an eager entry's pause is over and caching is tried again."""
         with self._lock:
+            if entry.eager_left < 0:
+                return False
             entry.eager_left -= 1
             if entry.eager_left > 0:
                 return False
