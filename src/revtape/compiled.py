@@ -95,17 +95,18 @@ class CompiledTape:
         # (no reference cycle).
         self._table = self._ws = self._ws_handle = None
         if prog.callbacks:
-            self._table = _prim.CallbackTable(prog, self._code, self._ints)
-            self._ws = _prim.Workspace(self._table, self._vals, self._adj)
-            self._ws_handle = ffi.new_handle(self._ws)
             p.callback = lib.rt_py_callback
-            p.callback_ctx = self._ws_handle
             p.n_callbacks = len(prog.callbacks)
         self._workspaces = []        # batched replay: per-thread arenas, built on demand
         msg = ffi.new("char[]", 512)
         if lib.rt_verify(p, msg, 512) != RT_OK:
             raise VerificationError("the C verifier refused this program (it was not run): "
                                     + ffi.string(msg).decode(errors="replace"))
+        if prog.callbacks:           # decoded from the words the verifier accepted
+            self._table = _prim.CallbackTable(prog, self._code, self._ints)
+            self._ws = _prim.Workspace(self._table, self._vals, self._adj)
+            self._ws_handle = ffi.new_handle(self._ws)
+            p.callback_ctx = self._ws_handle
         self._p = p
         self._lock = threading.Lock()
         self._batch_lock = threading.Lock()
@@ -412,7 +413,7 @@ class CompiledTape:
                 raise InputError(f"batch inputs have {k} and {a.shape[0]} rows; every input "
                                  "needs the same number of rows")
             k = a.shape[0]
-            arrs.append(a.reshape(k, -1))
+            arrs.append(a.reshape(k, int(np.prod(shape, dtype=np.int64))))
         Xf = arrs[0] if len(arrs) == 1 else np.concatenate(arrs, axis=1)
         return np.ascontiguousarray(Xf, dtype=np.float64), k
 

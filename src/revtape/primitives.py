@@ -80,7 +80,7 @@ class Primitive:
             else:
                 template.append(_plain_const(a, self))
         site = CallSite(self, template, argpos, kwargs)
-        site.arg_shapes = [np.shape(a.value) for a in dyn]
+        site.arg_shapes = [tuple(np.shape(a.value)) for a in dyn]
         out = tape._record(_PYCALL, dyn, {"site": site})
         site.out_shape = np.shape(tape._vals[out._id])
         return out
@@ -210,9 +210,16 @@ class CallSite:
         return args
 
     def forward(self, vals):
-        return self._as_value(self.prim.fun(*self.args(vals), **self.kwargs), "returned")
+        return self._as_value(self.prim.fun(*self.args(vals), **self.kwargs), "returned",
+                              self.out_shape)
 
-    def _as_value(self, r, what, shape=_MISSING):
+    def _as_value(self, r, what, want):
+        """r as a tape value (float, or float64 array of shape `want` if given)."""
+        tr = type(r)
+        if tr is float and (want is None or want == ()):
+            return r                                  # the common scalar case, no numpy
+        if tr is np.ndarray and r.dtype == np.float64 and (want is None or r.shape == want):
+            return float(r) if r.ndim == 0 else r
         name = self.prim._name
         if getattr(r, "_is_tracked", False):
             raise UnsupportedError(f"primitive {name} {what} a tracked value; a primitive "
@@ -222,7 +229,6 @@ class CallSite:
         except (TypeError, ValueError):
             raise UnsupportedError(f"primitive {name} {what} {type(r).__name__}; it must be a "
                                    "float or a float array") from None
-        want = self.out_shape if shape is _MISSING else shape
         if want is not None and arr.shape != tuple(want):
             raise UnsupportedError(f"primitive {name} {what} shape {arr.shape} where shape "
                                    f"{tuple(want)} was expected (as when it was recorded)")
@@ -231,22 +237,33 @@ class CallSite:
     def vjp(self, i, g, ans, vals):
         """d(out)/d(operand i) applied to g; on plain values, or on tracked ones
         when a reverse pass is being recorded (Hessians)."""
-        name, p = self.prim._name, self.argpos[i]
+        p = self.argpos[i]
         rule = self.prim._vjps.get(p, _MISSING)
-        shape = np.shape(vals[i]) if not getattr(vals[i], "_is_tracked", False) else vals[i].shape
+        shape = self.arg_shapes[i]
         if rule is None:
             return 0.0 if shape == () else np.zeros(shape)
         if rule is _MISSING:
-            raise UnsupportedError(f"primitive {name} has no VJP for argument {p}; define it "
-                                   f"with rt.defvjp({self.prim.__name__}, ...) (None marks an "
-                                   "argument as not differentiable)")
-        tracing = any(getattr(v, "_is_tracked", False) for v in (g, ans, *vals))
-        if not tracing:
-            if not np.any(g):      # a zero adjoint contributes nothing (azmul)
-                return 0.0 if shape == () else np.zeros(shape)
-            return self._as_value(ops.unbroadcast(
-                rule(ans, *self.args(vals), **self.kwargs)(g), shape),
-                f"'s VJP for argument {p} returned", shape)
+            raise UnsupportedError(f"primitive {self.prim._name} has no VJP for argument {p}; "
+                                   f"define it with rt.defvjp({self.prim.__name__}, ...) (None "
+                                   "marks an argument as not differentiable)")
+        if not (getattr(g, "_is_tracked", False) or getattr(ans, "_is_tracked", False)
+                or any(getattr(v, "_is_tracked", False) for v in vals)):
+            if not (g.any() if type(g) is np.ndarray else g != 0.0):
+                return 0.0 if shape == () else np.zeros(shape)   # zero adjoint: nothing (azmul)
+            what = f"'s VJP for argument {p} returned"
+            r = self._as_value(rule(ans, *self.args(vals), **self.kwargs)(g), what, None)
+            rshape = () if type(r) is float else r.shape
+            if rshape == shape:
+                return r
+            try:
+                ok = np.broadcast_shapes(shape, rshape) == rshape
+            except ValueError:
+                ok = False
+            if not ok:     # the argument's shape, or one that broadcasting makes from it
+                raise UnsupportedError(f"primitive {self.prim._name}{what} shape {rshape} for "
+                                       f"an argument of shape {shape}")
+            return self._as_value(ops.unbroadcast(r, shape), what, shape)
+        name = self.prim._name
         try:
             return rule(ans, *self.args(vals), **self.kwargs)(g)
         except (RevtapeError, TypeError, ValueError) as e:
@@ -281,7 +298,7 @@ class CallSite:
         shape = self.out_shape
         if total is None:
             return np.zeros(shape) if shape else 0.0
-        return self._as_value(np.broadcast_to(total, shape), "'s JVP returned")
+        return self._as_value(np.broadcast_to(total, shape), "'s JVP returned", None)
 
     # pickles and deep copies: the primitive by name (Primitive.__reduce__),
     # the static arguments by value
