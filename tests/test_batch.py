@@ -152,3 +152,24 @@ def test_copies_have_their_own_batch_arenas(eight):
     got = dup.batch_value_and_gradient(X, threads=3)
     assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
     assert all(a.p != b.p for a in dup._workspaces for b in ctape._workspaces)
+
+
+def test_a_callback_error_in_a_worker_thread_propagates_as_itself():
+    class Refused(Exception):
+        pass
+
+    @rt.primitive
+    def careful(x):
+        if x[0] > 100:
+            raise Refused(f"refused {x[0]}")
+        return np.sum(x)
+
+    rt.defvjp(careful, lambda ans, x: lambda g: g * np.ones_like(x))
+    ctape = rt.compile(rt.GradientTape(lambda x: careful(x) * 2.0, np.ones(2)))
+    X = np.ones((10, 2))
+    X[1, 0] = 200.0                      # in the first chunk: a worker thread's
+    with pytest.raises(Refused, match="refused 200"):
+        ctape.batch_value_and_gradient(X, threads=2)
+    X[1, 0] = 1.0
+    v, g = ctape.batch_value_and_gradient(X, threads=2)
+    assert np.array_equal(v, np.full(10, 4.0)) and np.array_equal(g, np.full((10, 2), 2.0))

@@ -474,7 +474,8 @@ class CompiledTape:
                 r0, r1 = bounds[j], bounds[j + 1]
                 return call(p, r0, r1, xp + r0 * n_in, rows[j])
 
-            futures = [_executor(n - 1).submit(chunk, j) for j in range(n - 1)]
+            pool = _executor(n - 1) if n > 1 else None
+            futures = [pool.submit(chunk, j) for j in range(n - 1)]
             statuses = []
             try:
                 statuses_last = chunk(n - 1)
@@ -749,11 +750,11 @@ def _executor(n):
     from concurrent.futures import ThreadPoolExecutor
     with _pool_lock:
         if _pool[1] < n:
-            old = _pool[0]
+            # a smaller pool is dropped, not shut down: a batch that already
+            # holds it can still submit, and its idle workers exit once it is
+            # garbage (ThreadPoolExecutor's weak reference)
             _pool[0], _pool[1] = ThreadPoolExecutor(max_workers=n,
                                                     thread_name_prefix="revtape-batch"), n
-            if old is not None:
-                old.shutdown(wait=False)
         return _pool[0]
 
 

@@ -221,6 +221,8 @@ class CallSite:
         if tr is np.ndarray and r.dtype == np.float64 and (want is None or r.shape == want):
             return float(r) if r.ndim == 0 else r
         name = self.prim._name
+        if type(what) is int:
+            what = f"'s VJP for argument {what} returned"
         if getattr(r, "_is_tracked", False):
             raise UnsupportedError(f"primitive {name} {what} a tracked value; a primitive "
                                    "computes on plain values")
@@ -250,8 +252,7 @@ class CallSite:
                 or any(getattr(v, "_is_tracked", False) for v in vals)):
             if not (g.any() if type(g) is np.ndarray else g != 0.0):
                 return 0.0 if shape == () else np.zeros(shape)   # zero adjoint: nothing (azmul)
-            what = f"'s VJP for argument {p} returned"
-            r = self._as_value(rule(ans, *self.args(vals), **self.kwargs)(g), what, None)
+            r = self._as_value(rule(ans, *self.args(vals), **self.kwargs)(g), p, None)
             rshape = () if type(r) is float else r.shape
             if rshape == shape:
                 return r
@@ -260,9 +261,9 @@ class CallSite:
             except ValueError:
                 ok = False
             if not ok:     # the argument's shape, or one that broadcasting makes from it
-                raise UnsupportedError(f"primitive {self.prim._name}{what} shape {rshape} for "
-                                       f"an argument of shape {shape}")
-            return self._as_value(ops.unbroadcast(r, shape), what, shape)
+                raise UnsupportedError(f"primitive {self.prim._name}'s VJP for argument {p} "
+                                       f"returned shape {rshape} for an argument of shape {shape}")
+            return self._as_value(ops.unbroadcast(r, shape), p, shape)
         name = self.prim._name
         try:
             return rule(ans, *self.args(vals), **self.kwargs)(g)
@@ -379,7 +380,8 @@ class Workspace:
         site, o, n, shape, operands = self.table.by_pc[pc]
         vals = self.vals
         # views of the arena: CallSite.args hands the user copies
-        args = [float(vals[off]) if s == () else vals[off:off + size].reshape(s)
+        item = vals.item
+        args = [item(off) if s == () else vals[off:off + size].reshape(s)
                 for (off, size, _), s in zip(operands, site.arg_shapes)]
         if mode == 0:
             r = site.forward(args)
@@ -388,10 +390,10 @@ class Workspace:
             else:
                 vals[o:o + n] = r.reshape(-1)
             return
-        ans = float(vals[o]) if shape == () else vals[o:o + n].reshape(shape).copy()
+        ans = item(o) if shape == () else vals[o:o + n].reshape(shape).copy()
         adj = self.adj
         if mode == 1:
-            g = float(adj[o]) if shape == () else adj[o:o + n].reshape(shape).copy()
+            g = adj.item(o) if shape == () else adj[o:o + n].reshape(shape).copy()
             for i, (off, size, need) in enumerate(operands):
                 if need:
                     gi = site.vjp(i, g, ans, args)
@@ -405,7 +407,7 @@ class Workspace:
             if not need:
                 tangents.append(None)
             elif type(a) is float:
-                tangents.append(float(adj[off]))
+                tangents.append(adj.item(off))
             else:
                 tangents.append(adj[off:off + size].reshape(np.shape(a)).copy())
         t = site.jvp(tangents, ans, args)
