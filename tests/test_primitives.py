@@ -349,6 +349,19 @@ def test_redefining_the_vjp_under_rt_grad_re_records():
         df_raise(x)
 
 
+def test_rebinding_a_primitives_name_under_rt_grad_re_records():
+    namespace = {"np": np, "rt": rt}
+    exec("@rt.primitive\ndef p(x):\n    return x * x\n"
+         "rt.defvjp(p, lambda ans, x: lambda g: 2.0 * g * x)\n"
+         "def f(x):\n    return np.sum(p(x))\n", namespace)
+    df = rt.grad(namespace["f"])
+    x = np.array([1.0, 3.0])
+    assert _same(df(x), 2 * x)
+    exec("@rt.primitive\ndef p(x):\n    return 2.0 * x * x\n"
+         "rt.defvjp(p, lambda ans, x: lambda g: 4.0 * g * x)\n", namespace)
+    assert _same(df(x), 4 * x) and df.cache_info().records == 2
+
+
 def test_rt_grad_through_a_primitive_replays_compiled():
     df = rt.value_and_grad(H.model)
     for x in XS:
