@@ -173,3 +173,10 @@ def test_a_callback_error_in_a_worker_thread_propagates_as_itself():
     X[1, 0] = 1.0
     v, g = ctape.batch_value_and_gradient(X, threads=2)
     assert np.array_equal(v, np.full(10, 4.0)) and np.array_equal(g, np.full((10, 2), 2.0))
+
+
+def test_hessian_tapes_are_refused_with_advice():
+    ch = rt.compile(rt.HessianTape(lambda x: np.sum(x ** 3), np.ones(2)))
+    for call in (ch.batch_value_and_gradient, ch.batch_forward):
+        with pytest.raises(rt.OutputError, match="GradientTape"):
+            call(np.ones((3, 2)))

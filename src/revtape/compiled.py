@@ -354,7 +354,10 @@ class CompiledTape:
         with the GIL released; ``threads=n`` splits the rows over n threads, each
         replaying on its own arenas.  Every row's results are bit for bit those
         of ``value_and_gradient`` at that row; nan/inf rows give nan/inf results."""
-        if self._kind == "hessian" or self._program.out_shape != ():
+        if self._kind == "hessian":
+            raise OutputError("batched replay of a HessianTape is not supported; batch the "
+                              "compiled GradientTape of the same function instead")
+        if self._program.out_shape != ():
             raise OutputError("batch_value_and_gradient() needs a gradient tape (scalar "
                               "output); use batch_forward() for other outputs")
         Xf, k = self._batch_rows(X)
@@ -371,9 +374,8 @@ class CompiledTape:
         """The output at every row of X (shape ``(k,) + input shape``):
         ``values[k]`` for a scalar output, ``(k,) + output shape`` otherwise."""
         if self._kind == "hessian":
-            raise OutputError("batch_forward() replays gradient and Jacobian tapes; a "
-                              "HessianTape's program computes a gradient: use "
-                              "batch_value_and_gradient() on the gradient tape")
+            raise OutputError("batched replay of a HessianTape is not supported; batch the "
+                              "compiled GradientTape of the same function instead")
         prog = self._program
         Xf, k = self._batch_rows(X)
         Y = np.empty((k, prog.out_len))
