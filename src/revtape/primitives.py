@@ -77,6 +77,10 @@ class Primitive:
                 template.append(None)
                 argpos.append(i)
                 dyn.append(a)
+            elif type(a) is np.ndarray:
+                # captured by value, like every constant a tape records: later
+                # writes to the caller's array do not reach the replays
+                template.append(np.array(a))
             else:
                 template.append(_plain_const(a, self))
         site = CallSite(self, template, argpos, kwargs)
@@ -299,7 +303,14 @@ class CallSite:
         shape = self.out_shape
         if total is None:
             return np.zeros(shape) if shape else 0.0
-        return self._as_value(np.broadcast_to(total, shape), "'s JVP returned", None)
+        total = self._as_value(total, "'s JVP returned", None)
+        if np.shape(total) != shape:
+            try:
+                total = self._as_value(np.broadcast_to(total, shape), "'s JVP returned", None)
+            except ValueError:
+                raise UnsupportedError(f"primitive {name}'s JVP returned shape "
+                                       f"{np.shape(total)} for an output of shape {shape}") from None
+        return total
 
     # pickles and deep copies: the primitive by name (Primitive.__reduce__),
     # the static arguments by value
