@@ -121,6 +121,17 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
                             double *G, int64_t *row);
 int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64_t *row);
 
+/* Batched replay through a WIDE program (src/revtape/_wide.py): the scalar
+ * program with every slot widened to B lanes (slot s -> vals[s*B .. s*B+B))
+ * and every instruction n = B, built and verified by the caller, so that one
+ * dispatch replays B rows.  n_in, n_grad and out_off are the scalar
+ * program's (pw must have n_in*B, n_grad*B, out_off*B and out_len B).  Rows
+ * go in B at a time (a short last block repeats its first row in the unused
+ * lanes); with_grad = 0 runs the forward sweep only (G unused). */
+int rt_batch_wide(rt_program *pw, int64_t B, int64_t n_in, int64_t n_grad, int64_t out_off,
+                  int32_t with_grad, int64_t k, const double *X, double *values, double *G,
+                  int64_t *row);
+
 /* Hash of the op table this VM was generated from (see ops_generated.h). */
 const char *rt_op_table_hash(void);
 int32_t rt_num_ops(void);

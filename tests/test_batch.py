@@ -18,6 +18,11 @@ def _rows(ctape, X):
     return np.array(vals), np.array(grads)
 
 
+def _bits(a):
+    """The bytes of a float array: equal bytes are equal bits (-0.0 != 0.0, nan == nan)."""
+    return np.ascontiguousarray(a, dtype=np.float64).tobytes()
+
+
 @pytest.fixture(scope="module")
 def eight():
     wl = W.eight_schools()
@@ -180,3 +185,39 @@ def test_hessian_tapes_are_refused_with_advice():
     for call in (ch.batch_value_and_gradient, ch.batch_forward):
         with pytest.raises(rt.OutputError, match="GradientTape"):
             call(np.ones((3, 2)))
+
+
+@pytest.mark.parametrize("name,params,wide", [
+    ("eight-schools", {}, True),                    # scalar code: AXPY, CSUM, SQUARE, DIV
+    ("rosenbrock-loop", {"n": 30}, True),           # SQDIFF, AXPY, CSUM
+    ("logreg", {"N": 50, "D": 4}, False),           # array instructions: the row loop
+    ("chain", {"L": 50}, True),
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_wide_and_row_paths_give_the_bits_of_single_replays(name, params, wide, threads):
+    wl = W.ALL[name](**params)
+    ctape = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    rng = np.random.default_rng(9)
+    for k in (3, 16, 64, 131):                       # below, at and past the wide minimum
+        X = wl.x0 + 0.3 * rng.normal(size=(k,) + wl.x0.shape)
+        v_rows, g_rows = _rows(ctape, X)
+        v, g = ctape.batch_value_and_gradient(X, threads=threads)
+        assert _bits(v) == _bits(v_rows) and _bits(g) == _bits(g_rows)
+        assert _bits(ctape.batch_forward(X, threads=threads)) == _bits(v_rows)
+    assert bool(ctape._wide) is wide
+
+
+def test_programs_with_guards_or_callbacks_take_the_row_loop():
+    def f(x):
+        s = 0.0
+        for xi in x:
+            s = s + (xi * xi if xi > 0 else -xi)
+        return s
+
+    ctape = rt.compile(rt.GradientTape(f, np.ones(3)))
+    X = np.abs(np.random.default_rng(10).normal(size=(40, 3))) + 0.1
+    v, g = ctape.batch_value_and_gradient(X)
+    assert _bits(v) == _bits(_rows(ctape, X)[0]) and ctape._wide is False
+    cb = rt.compile(rt.GradientTape(lambda x: H.logsumexp(x) * x[0], np.ones(3)))
+    v, g = cb.batch_value_and_gradient(X)
+    assert _bits(g) == _bits(_rows(cb, X)[1]) and cb._wide is False

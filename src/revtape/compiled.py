@@ -28,6 +28,7 @@ except ImportError as e:  # pragma: no cover - only without a built extension
     raise ImportError("revtape's C extension is not built; reinstall with "
                       "`pip install -e .` (it needs a C compiler)") from e
 
+from . import _wide
 from . import ops
 from . import primitives as _prim
 
@@ -98,6 +99,8 @@ class CompiledTape:
             p.callback = lib.rt_py_callback
             p.n_callbacks = len(prog.callbacks)
         self._workspaces = []        # batched replay: per-thread arenas, built on demand
+        self._wide = None            # batched replay of scalar code: the wide form (or False)
+        self._wide_arenas = []
         msg = ffi.new("char[]", 512)
         if lib.rt_verify(p, msg, 512) != RT_OK:
             raise VerificationError("the C verifier refused this program (it was not run): "
@@ -363,8 +366,15 @@ class CompiledTape:
         Xf, k = self._batch_rows(X)
         values = np.empty(k)
         G, user = self._batch_grad_out(out, k)
-        vg = lib.rt_batch_value_and_grad
         g_len = self._g_len
+        if self._use_wide(k):
+            wide, prog = lib.rt_batch_wide, self._program
+            self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: wide(
+                p, _WIDE_B, prog.n_in, g_len, prog.out_off, 1, r1 - r0, xp,
+                ffi.from_buffer("double[]", values[r0:r1]),
+                ffi.from_buffer("double[]", G[r0:r1]) if g_len else ffi.NULL, row), wide=True)
+            return values, self._batch_split(G, user, k)
+        vg = lib.rt_batch_value_and_grad
         self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: vg(
             p, r1 - r0, xp, ffi.from_buffer("double[]", values[r0:r1]),
             ffi.from_buffer("double[]", G[r0:r1]) if g_len else ffi.NULL, row))
@@ -379,6 +389,12 @@ class CompiledTape:
         prog = self._program
         Xf, k = self._batch_rows(X)
         Y = np.empty((k, prog.out_len))
+        if prog.out_len == 1 and self._use_wide(k):
+            wide = lib.rt_batch_wide
+            self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: wide(
+                p, _WIDE_B, prog.n_in, self._g_len, prog.out_off, 0, r1 - r0, xp,
+                ffi.from_buffer("double[]", Y[r0:r1]), ffi.NULL, row), wide=True)
+            return Y.reshape((k,) + tuple(prog.out_shape))
         fwd = lib.rt_batch_forward
         self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: fwd(
             p, r1 - r0, xp, ffi.from_buffer("double[]", Y[r0:r1]) if prog.out_len else ffi.NULL,
@@ -452,7 +468,16 @@ class CompiledTape:
             return user
         return parts[0] if len(parts) == 1 else tuple(parts)
 
-    def _batch_run(self, Xf, k, threads, call):
+    def _use_wide(self, k):
+        """Whether to replay k rows through this program's wide form (scalar code)."""
+        if k < _WIDE_MIN_ROWS:
+            return False
+        if self._wide is None:
+            form = _wide.scalar_form(self._code, self._ints, self._program.n_vals)
+            self._wide = False if form is None or form[1] * _WIDE_B > 2**31 - 1 else form
+        return self._wide is not False
+
+    def _batch_run(self, Xf, k, threads, call, wide=False):
         """Run call(program, first row, end row, X pointer, row cell) over the rows,
         split over `threads` threads; raises the first row's error."""
         if threads is None:
@@ -468,7 +493,10 @@ class CompiledTape:
             xp = ffi.from_buffer("double[]", Xf)
             # the calling thread takes the last rows, on this tape's own arena,
             # so that afterwards rt.value(tape.output) reports row k - 1
-            arenas = [self._batch_arena(j) for j in range(n - 1)] + [None]
+            if wide:
+                arenas = [self._wide_arena(j) for j in range(n)]
+            else:
+                arenas = [self._batch_arena(j) for j in range(n - 1)] + [None]
             rows = [ffi.new("int64_t *") for _ in range(n)]
 
             def chunk(j):
@@ -489,7 +517,7 @@ class CompiledTape:
         for j, st in enumerate(statuses):
             if st != RT_OK:
                 self._batch_error(st, arenas[j], bounds[j] + rows[j][0])
-        if k and self._tape is not None:
+        if k and self._tape is not None and not wide:
             self._tape._replayed_by = self
 
     def _batch_arena(self, j):
@@ -497,6 +525,11 @@ class CompiledTape:
         while len(self._workspaces) <= j:
             self._workspaces.append(_BatchArena(self))
         return self._workspaces[j]
+
+    def _wide_arena(self, j):
+        while len(self._wide_arenas) <= j:
+            self._wide_arenas.append(_WideArena(self, self._wide, _WIDE_B))
+        return self._wide_arenas[j]
 
     def _batch_error(self, st, arena, row):
         if arena is None:
@@ -740,6 +773,40 @@ class _BatchArena:
         msg = ffi.new("char[]", 512)
         if lib.rt_verify(p, msg, 512) != RT_OK:  # pragma: no cover - the same words passed
             raise VerificationError(ffi.string(msg).decode(errors="replace"))
+        self.p = p
+
+
+_WIDE_B = 64          # rows per dispatch of a wide program
+_WIDE_MIN_ROWS = 16   # fewer rows: the row loop (a wide block would be mostly padding)
+
+
+class _WideArena:
+    """A wide program (see _wide.py) and its arenas, for one batch thread."""
+
+    def __init__(self, ct, form, B):
+        prog = ct._program
+        form, n_slots = form
+        if not ct._wide_arenas:
+            code = np.array(_wide.widen(form, B), dtype=np.int32).reshape(-1, compiler.WORDS)
+            code.setflags(write=False)
+        else:
+            code = ct._wide_arenas[0].code             # the words are shared, read-only
+        self.code = code
+        self.ints = np.zeros(1, dtype=np.int32)
+        self.vals = np.zeros(max(n_slots * B, 1))
+        self.vals[:prog.n_fixed * B] = np.repeat(ct._vals[:prog.n_fixed], B)   # constants
+        self.adj = np.zeros_like(self.vals)
+        p = ffi.new("rt_program *")
+        self._keep = [ffi.from_buffer("int32_t[]", code), ffi.from_buffer("int32_t[]", self.ints),
+                      ffi.from_buffer("double[]", self.vals), ffi.from_buffer("double[]", self.adj)]
+        p.code, p.ints, p.vals, p.adj = self._keep
+        p.n_instr, p.n_ints, p.n_vals = code.shape[0], 0, n_slots * B
+        p.n_in, p.n_grad, p.n_fixed = prog.n_in * B, prog.n_grad * B, prog.n_fixed * B
+        p.out_off, p.out_len = prog.out_off * B, B
+        msg = ffi.new("char[]", 512)
+        if lib.rt_verify(p, msg, 512) != RT_OK:
+            raise VerificationError("the C verifier refused a wide program (it was not run): "
+                                    + ffi.string(msg).decode(errors="replace"))
         self.p = p
 
 
