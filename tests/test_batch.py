@@ -221,3 +221,12 @@ def test_programs_with_guards_or_callbacks_take_the_row_loop():
     cb = rt.compile(rt.GradientTape(lambda x: H.logsumexp(x) * x[0], np.ones(3)))
     v, g = cb.batch_value_and_gradient(X)
     assert _bits(g) == _bits(_rows(cb, X)[1]) and cb._wide is False
+
+
+def test_long_scalar_programs_take_the_row_loop():
+    wl = W.chain(L=20000)                       # 60000 slots: 64 lanes would be 30 MB an arena
+    ctape = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    X = wl.x0 + np.linspace(0, 0.1, 16)[:, None]
+    v, g = ctape.batch_value_and_gradient(X)
+    assert ctape._wide is False
+    assert _bits(v) == _bits(_rows(ctape, X)[0])

@@ -474,7 +474,9 @@ class CompiledTape:
             return False
         if self._wide is None:
             form = _wide.scalar_form(self._code, self._ints, self._program.n_vals)
-            self._wide = False if form is None or form[1] * _WIDE_B > 2**31 - 1 else form
+            # a long scalar program would need 64 copies of a large arena: the
+            # row loop then (its dispatch cost is small next to such a program's work)
+            self._wide = False if form is None or form[1] * _WIDE_B > _WIDE_MAX_VALUES else form
         return self._wide is not False
 
     def _batch_run(self, Xf, k, threads, call, wide=False):
@@ -778,6 +780,7 @@ class _BatchArena:
 
 _WIDE_B = 64          # rows per dispatch of a wide program
 _WIDE_MIN_ROWS = 16   # fewer rows: the row loop (a wide block would be mostly padding)
+_WIDE_MAX_VALUES = 1 << 21   # per arena (16 MB): larger programs take the row loop
 
 
 class _WideArena:
