@@ -58,6 +58,7 @@ def test_one_instruction_per_call_and_stats_count_callbacks():
     tape = rt.GradientTape(H.model, XS[0])
     names = [op.name for op, *_ in tape._instrs]
     assert names.count("pycall") == 2
+    assert tape.stats()["callback_instructions"] == 2
     ctape = rt.compile(tape)
     stats = ctape.stats()
     assert stats["callback_instructions"] == 2
