@@ -230,3 +230,37 @@ def test_long_scalar_programs_take_the_row_loop():
     v, g = ctape.batch_value_and_gradient(X)
     assert ctape._wide is False
     assert _bits(v) == _bits(_rows(ctape, X)[0])
+
+
+def test_one_batch_at_a_time_per_compiled_tape():
+    import threading
+    entered, release = threading.Event(), threading.Event()
+
+    @rt.primitive
+    def slow(x):
+        entered.set()
+        release.wait(10)
+        return np.sum(x)
+
+    rt.defvjp(slow, lambda ans, x: lambda g: g * np.ones_like(x))
+    release.set()                        # recording calls slow too: let it through
+    ctape = rt.compile(rt.GradientTape(lambda x: slow(x) * 2.0, np.ones(2)))
+    entered.clear()
+    release.clear()
+    errors = []
+    t = threading.Thread(target=lambda: ctape.batch_value_and_gradient(np.ones((2, 2))))
+    t.start()
+    try:
+        assert entered.wait(10)
+        for call in (lambda: ctape.batch_value_and_gradient(np.ones((2, 2))),
+                     lambda: ctape.value_and_gradient(np.ones(2))):
+            try:
+                call()
+            except rt.ConcurrentUseError as e:
+                errors.append(e)
+    finally:
+        release.set()
+        t.join()
+    assert len(errors) == 2
+    v, g = ctape.batch_value_and_gradient(np.ones((3, 2)))
+    assert np.array_equal(v, [4.0, 4.0, 4.0])
