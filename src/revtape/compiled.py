@@ -536,8 +536,8 @@ class CompiledTape:
     def _batch_error(self, st, arena, row):
         if arena is None:
             vals, p, ws = self._vals, self._p, self._ws
-        else:
-            vals, p, ws = arena.vals, arena.p, arena.ws
+        else:       # a wide arena has no callbacks and no guards (see _wide.py)
+            vals, p, ws = arena.vals, arena.p, getattr(arena, "ws", None)
         if st == RT_GUARD_FAILED:
             params, oa, ob = self._program.guards[p.failed_guard]
             e = branch_changed(params, float(vals[oa]), float(vals[ob]))
@@ -545,7 +545,7 @@ class CompiledTape:
                                 operands=e.operands)
             err.row = row
             raise err
-        if st == RT_CALLBACK_FAILED:
+        if st == RT_CALLBACK_FAILED and ws is not None:
             raise ws.take_error() or RevtapeError("a Python callback failed")
         self._status(st)
 
