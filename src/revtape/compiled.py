@@ -226,7 +226,8 @@ class CompiledTape:
             raise InputError("replay input contains nan or inf; a tape replays finite inputs only "
                              "(check the point your sampler or optimizer proposed)")
         if status == RT_CALLBACK_FAILED:
-            raise self._ws.take_error() or RevtapeError("a Python callback failed")
+            err = self._ws.take_error() if self._ws is not None else None
+            raise err or RevtapeError("a Python callback failed")
         if status == RT_BADARG:
             raise OutputError("a gradient needs a scalar output; use jacobian()")
         raise RevtapeError(f"the VM refused the call (status {status})")
