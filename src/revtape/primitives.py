@@ -26,7 +26,6 @@ so a cached rt.grad re-records after a redefinition (Zygote #22).
 """
 
 import importlib
-import sys
 
 import numpy as np
 
