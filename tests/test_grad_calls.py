@@ -428,3 +428,31 @@ def test_partials_and_callable_objects_replay_pickle_and_name_themselves():
     assert "logreg_loss" in g.__name__
     with pytest.raises(rt.InputError, match="logreg_loss"):
         rt.grad(g.fun, argnums=1)(w)
+
+
+def test_copies_and_pickles_taken_while_other_threads_call():
+    X, y = logreg_data(200, 6)
+    w = np.linspace(-0.3, 0.3, 6)
+    vg = rt.value_and_grad(H.logreg_loss)
+    expected = vg(w, X, y)
+    stop, errors = threading.Event(), []
+
+    def caller():
+        try:
+            while not stop.is_set():
+                assert same_bits(vg(w, X, y), expected)
+        except BaseException as e:        # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller) for _ in range(2)]
+    for th in threads:
+        th.start()
+    try:
+        for _ in range(5):
+            for dup in (copy.deepcopy(vg), pickle.loads(pickle.dumps(vg))):
+                assert same_bits(dup(w, X, y), expected)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join()
+    assert not errors, errors
