@@ -456,3 +456,18 @@ def test_copies_and_pickles_taken_while_other_threads_call():
         for th in threads:
             th.join()
     assert not errors, errors
+
+
+def test_evicted_programs_are_freed():
+    import gc
+    import weakref
+    g = rt.grad(lambda x, s: s * np.sum(x ** 2), cache_size=2)
+    refs = []
+    for s in range(6):
+        g(A, float(s))
+        refs.append([weakref.ref(v.ctape) for e in g._cache.values() for v in e.variants])
+    gc.collect()
+    first = refs[0][0]
+    assert first() is None                          # s = 0 was evicted long ago
+    alive = [r for rs in refs for r in rs if r() is not None]
+    assert len({id(r()) for r in alive}) == 2       # only the two cached programs remain
