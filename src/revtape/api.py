@@ -18,6 +18,7 @@ import numpy as np
 from . import ops
 from .errors import InputError, UnsupportedError
 from .tape import Tape, backprop, check_input, check_out
+from .watch import Watcher, warn_tape_draws
 
 _GUARD = ops.OPS["guard"]
 
@@ -57,8 +58,11 @@ def record(tape, f, x):
     else:
         tx = tape.track(x)
     tape._func = f
+    watcher = Watcher()
     with gc_paused():
-        out = call_with(f, tx)
+        out = watcher.run_static(f, call_with, f, tx)
+    # record <- the tape's __init__ <- the user's line
+    warn_tape_draws(watcher, stacklevel=3 if type(tape).__init__ is not HessianTape.__init__ else 4)
     return tape.finish(out)
 
 
