@@ -570,6 +570,28 @@ def test_recording_inside_a_coverage_like_tracer():
     np.testing.assert_allclose(g(2 * X3), _expected(2 * X3))
 
 
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_monitoring_tool_ids_are_borrowed_and_returned():
+    mon = sys.monitoring
+    before = [mon.get_tool(i) for i in range(6)]
+    f = _fresh_f()
+    np.testing.assert_allclose(rt.grad(f)(X3), _expected(X3))
+    assert [mon.get_tool(i) for i in range(6)] == before
+    # every tool id held by someone else: recording still works, and a draw is seen
+    taken = [i for i in range(6) if mon.get_tool(i) is None]
+    for i in taken:
+        mon.use_tool_id(i, "someone else")
+    try:
+        np.testing.assert_allclose(rt.grad(_fresh_f())(X3), _expected(X3))
+        rng, twin = np.random.default_rng(8), np.random.default_rng(8)
+        g = rt.grad(lambda x: np.sum(x * rng.standard_normal(3)))
+        for _ in range(2):
+            np.testing.assert_allclose(_quiet(g, X3), twin.standard_normal(3))
+    finally:
+        for i in taken:
+            mon.free_tool_id(i)
+
+
 def test_rt_grad_inside_a_recording():
     inner = rt.grad(lambda y: np.sum(y ** 3))
 

@@ -177,6 +177,7 @@ class Watcher:
         self._thread = None
         self._entered = False
         self._globals_seen = set()
+        self._codes_scanned = set()
 
     # ------------------------------------------------ events (all versions)
     def _enter(self, frame):
@@ -219,11 +220,15 @@ class Watcher:
             for v in list(globs.values()):
                 if isinstance(v, _RNG_TYPES):
                     self._add(v, False)
-        for name in frame.f_code.co_names:
+        code = frame.f_code
+        if code in self._codes_scanned:         # a helper called in a loop: once
+            return
+        self._codes_scanned.add(code)
+        for name in code.co_names:
             v = globs.get(name, _MISSING)
             if v is not _MISSING:
                 self._consider(v, 1, False)
-        if "random" in frame.f_code.co_names:
+        if "random" in code.co_names:
             self._add_global_streams()
 
     def _consider(self, v, depth, new):
