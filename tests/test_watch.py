@@ -211,6 +211,26 @@ def test_grad_warns_once_naming_the_draw_site():
     assert draws[0].filename == __file__           # points at the user's call
 
 
+class _Hyper:
+    beta = 2.0          # also the name of a Generator method
+
+
+def test_draw_site_is_the_line_that_draws():
+    rng, m = np.random.default_rng(0), _Hyper()
+
+    def f(x):
+        b = m.beta
+        e = rng.normal(size=3)
+        return b * np.sum(x * e)
+
+    line = f.__code__.co_firstlineno + 2
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        rt.grad(f)(X3)
+    (draw,) = [x for x in w if issubclass(x.category, rt.RandomDrawWarning)]
+    assert f" at {__file__}:{line}" in str(draw.message)
+
+
 def test_no_draw_no_warning_and_compiled():
     rng = np.random.default_rng(0)
     noise = rng.standard_normal(3)

@@ -247,7 +247,7 @@ class Guards:
                 elif raw is not _MISSING:
                     if d is not None:
                         self.item(d, name)                  # not shadowed on the instance
-                    if isinstance(klass, type) and klass.__module__ != "builtins":
+                    if klass.__flags__ & _HEAPTYPE:         # a Python class: rebindable
                         self.item(klass.__dict__, name)     # the class attribute itself
 
     def _chain(self, obj, names, depth):
@@ -286,6 +286,7 @@ def _snapshot(c):
     return tuple(id(v) for v in c)
 
 
+_HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: classes made by a class statement
 _SCALARS = (int, float, complex, str, bytes, bool, np.float64, np.int64)
 _OPAQUE = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
            functools.partial, np.ndarray, np.generic, np.ufunc, int, float, complex, str, bytes,

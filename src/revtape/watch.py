@@ -46,6 +46,7 @@ _SKIP_DIRS = tuple({os.path.abspath(p) for p in (
     sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("purelib"),
     sysconfig.get_paths().get("platlib"), _PKG_DIR) if p})
 _MISSING = object()
+_UNREADABLE = object()
 
 
 class RandomDrawWarning(RuntimeWarning):
@@ -114,11 +115,14 @@ def _freeze(v):
 
 
 def _fingerprint(stream):
-    if isinstance(stream, _BITGEN):
-        return _freeze(stream.state)
-    if isinstance(stream, _RANDOMSTATE):
-        return _freeze(stream.get_state(legacy=False))
-    return stream.getstate()
+    try:
+        if isinstance(stream, _BITGEN):
+            return _freeze(stream.state)
+        if isinstance(stream, _RANDOMSTATE):
+            return _freeze(stream.get_state(legacy=False))
+        return stream.getstate()
+    except Exception:           # a generator whose state cannot be read: never "moved"
+        return _UNREADABLE
 
 
 def _fresh_state(bitgen):
@@ -139,19 +143,31 @@ def _site(frame):
 
 
 @functools.lru_cache(maxsize=1024)
-def _draw_lines(code):
-    """Lines of code (and the functions nested in it) that load a draw-like
-    attribute: where a moved generator state most likely came from."""
-    out = []
+def _draw_loads(code):
+    """(name loaded just before, name, line) for each load of a draw-like
+    name in code: where a moved generator state most likely came from."""
+    out, prev = [], None
     for ins in dis.get_instructions(code):
-        if ins.argval in _DRAW_NAMES and ins.opname.startswith("LOAD") and \
-                ins.positions and ins.positions.lineno:
-            out.append((ins.argval == "random", ins.positions.lineno))
-    out.sort()
-    return tuple(dict.fromkeys(line for _, line in out))
+        if ins.opname.startswith("LOAD"):
+            if ins.argval in _DRAW_NAMES and ins.positions and ins.positions.lineno:
+                out.append((prev, ins.argval, ins.positions.lineno))
+            prev = ins.argval
+        elif ins.opname not in ("CACHE", "PRECALL", "EXTENDED_ARG", "NOP"):
+            prev = None
+    return tuple(out)
 
 
-Draw = tuple   # (what, site)
+def _draw_sites(codes, names):
+    """file:line of the likeliest draws of a generator known under `names`:
+    `rng.normal` (rng one of its names) first, any other drawing method next,
+    a bare `.random` (also numpy's module attribute) last."""
+    ranked = []
+    for code in codes:
+        for prev, name, line in _draw_loads(code):
+            rank = 0 if (prev in names or name in names) else (2 if name == "random" else 1)
+            ranked.append((rank, code.co_filename, line))
+    ranked.sort(key=lambda r: r[0])
+    return list(dict.fromkeys(f"{f}:{line}" for _, f, line in ranked))
 
 
 # ---------------------------------------------------------------- the watcher
@@ -214,14 +230,14 @@ class Watcher:
         with the state its seed gives."""
         first = not self._entered
         self._entered = True
-        for v in locs.values():
-            self._consider(v, 1, not first)
+        for k, v in locs.items():
+            self._consider(v, 1, not first, k)
         globs = frame.f_globals
         if id(globs) not in self._globals_seen:
             self._globals_seen.add(id(globs))
-            for v in list(globs.values()):
+            for k, v in list(globs.items()):
                 if isinstance(v, _RNG_TYPES):
-                    self._add(v, False)
+                    self._add(v, False, k)
         code = frame.f_code
         if code in self._codes_scanned:         # a helper called in a loop: once
             return
@@ -229,45 +245,52 @@ class Watcher:
         for name in code.co_names:
             v = globs.get(name, _MISSING)
             if v is not _MISSING:
-                self._consider(v, 1, False)
+                self._consider(v, 1, False, name)
         if "random" in code.co_names:
             self._add_global_streams()
 
-    def _consider(self, v, depth, new):
+    def _consider(self, v, depth, new, name=None):
         if isinstance(v, _RNG_TYPES):
-            self._add(v, new)
+            self._add(v, new, name)
         elif isinstance(v, types.MethodType) and isinstance(v.__self__, _RNG_TYPES):
-            self._add(v.__self__, new)
+            self._add(v.__self__, new, name)       # from numpy.random import normal
         elif isinstance(v, types.ModuleType):
             if v is np or v is np.random or v is _random:
                 self._add_global_streams()
             elif id(v.__dict__) not in self._globals_seen and \
                     is_user_file(getattr(v, "__file__", None)):
                 self._globals_seen.add(id(v.__dict__))
-                for x in list(v.__dict__.values()):
+                for k, x in list(v.__dict__.items()):
                     if isinstance(x, _RNG_TYPES):
-                        self._add(x, False)
+                        self._add(x, False, k)
         elif depth and not isinstance(v, (type, np.ndarray, float, int, str, types.FunctionType)):
-            d = getattr(v, "__dict__", None)
+            try:
+                d = getattr(v, "__dict__", None)
+            except Exception:           # an object whose __getattr__ misbehaves
+                return
             if type(d) is dict and len(d) <= 256:
-                for x in d.values():
+                for k, x in list(d.items()):
                     if isinstance(x, _RNG_TYPES):
-                        self._add(x, new)
+                        self._add(x, new, k)                # self.rng
 
     def _add_global_streams(self):
         if not self._np_random_added:
             self._np_random_added = True
-            self._add(np.random.mtrand._rand, False)
+            self._add(np.random.mtrand._rand, False, "random")
         if not self._random_added:
             self._random_added = True
-            self._add(_random._inst, False)
+            self._add(_random._inst, False, "random")
 
-    def _add(self, obj, new):
+    def _add(self, obj, new, name=None):
         stream, label = _stream(obj)
-        if stream is None or id(stream) in self._streams:
+        if stream is None:
+            return
+        if id(stream) in self._streams:
+            if name:
+                self._streams[id(stream)][4].add(name)
             return
         fp = _fingerprint(stream)
-        entry = [stream, fp, label, False]
+        entry = [stream, fp, label, False, {name} if name else set()]
         self._streams[id(stream)] = entry
         if new and isinstance(stream, _BITGEN):
             # first seen after the run made it: compare with its seeded start
@@ -291,7 +314,7 @@ class Watcher:
             return
         entry = self._streams.get(id(stream))
         if entry is None:
-            entry = self._streams[id(stream)] = [stream, _fingerprint(stream), label, False]
+            entry = self._streams[id(stream)] = [stream, None, label, False, set()]
         if not entry[3]:
             entry[3] = True
             self.draws.append((f"{label}.{name}", _site(frame)))
@@ -489,13 +512,11 @@ class Watcher:
 
     def _finish(self):
         streams, self._streams = self._streams, {}
-        moved = [label for stream, fp, label, exact in streams.values()
-                 if not exact and _fingerprint(stream) != fp]
-        if not moved:
-            return
-        sites = [f"{code.co_filename}:{line}" for code in self.codes for line in _draw_lines(code)]
-        where = ", ".join(sites[:3]) if sites else "<in code revtape does not watch>"
-        for label in moved:
+        for stream, fp, label, exact, names in streams.values():
+            if exact or _fingerprint(stream) == fp:
+                continue
+            sites = _draw_sites(self.codes, names)
+            where = ", ".join(sites[:3]) if sites else "<in code revtape does not watch>"
             self.draws.append((f"a draw from a {label}", where))
 
     def draw_report(self):
