@@ -176,6 +176,15 @@ def test_generator_made_inside_f_is_not_frozen():
     assert not np.array_equal(a, b)
 
 
+def test_generator_made_and_drawn_in_one_expression_is_not_frozen():
+    def f(x):
+        return np.sum(x * np.random.default_rng().standard_normal(3))
+
+    g = rt.grad(f)
+    a, b = _quiet(g, X3), _quiet(g, X3)
+    assert not np.array_equal(a, b)
+
+
 def test_draw_only_on_one_branch_becomes_fresh_when_that_branch_runs():
     rng, twin = np.random.default_rng(4), np.random.default_rng(4)
 
@@ -619,6 +628,43 @@ def test_rt_grad_inside_a_recording():
         return np.sum(x * inner(np.array([1.0, 2.0])).sum())
 
     np.testing.assert_allclose(rt.grad(f)(X3), 15.0 * np.ones(3))
+    assert sys.getprofile() is None and sys.gettrace() is None
+
+
+def test_threads_recording_at_once():
+    import threading
+
+    def make(k):
+        def f(x):
+            y = x
+            for _ in range(50):
+                y = np.sin(y) + k
+            return np.sum(y)
+        return f
+
+    def expected(k, x):
+        y, d = x, np.ones_like(x)
+        for _ in range(50):
+            d = d * np.cos(y)
+            y = np.sin(y) + k
+        return d
+
+    errors = []
+
+    def work(k):
+        try:
+            for j in range(4):
+                np.testing.assert_allclose(rt.grad(make(k))(X3 + j), expected(k, X3 + j),
+                                           rtol=1e-12)
+        except Exception as e:          # reported below, in the main thread
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
     assert sys.getprofile() is None and sys.gettrace() is None
 
 

@@ -157,6 +157,28 @@ def _draw_loads(code):
     return tuple(out)
 
 
+_FACTORIES = frozenset({"default_rng", "RandomState", "PCG64", "PCG64DXSM", "MT19937", "Philox",
+                        "SFC64", "SystemRandom"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _factory_lines(code):
+    """Lines of code that make a generator (np.random.default_rng(),
+    random.Random()): on 3.11 one made and drawn from in one expression
+    leaves no trace but this."""
+    out, prev = [], None
+    for ins in dis.get_instructions(code):
+        if ins.opname.startswith("LOAD"):
+            if (ins.argval in _FACTORIES or (ins.argval in ("Generator", "Random")
+                                             and prev == "random")) \
+                    and ins.positions and ins.positions.lineno:
+                out.append((ins.argval, ins.positions.lineno))
+            prev = ins.argval
+        elif ins.opname not in ("CACHE", "PRECALL", "EXTENDED_ARG", "NOP"):
+            prev = None
+    return tuple(out)
+
+
 def _draw_sites(codes, names):
     """file:line of the likeliest draws of a generator known under `names`:
     `rng.normal` (rng one of its names) first, any other drawing method next,
@@ -196,6 +218,7 @@ class Watcher:
         self._entered = False
         self._globals_seen = set()
         self._codes_scanned = set()
+        self._hooks = False
 
     # ------------------------------------------------ events (all versions)
     def _enter(self, frame):
@@ -398,11 +421,17 @@ class Watcher:
 
     def _run_monitoring(self, fn, args, kwargs):
         mon = sys.monitoring
-        tool = next((t for t in self._TOOL_IDS if mon.get_tool(t) is None), None)
+        tool = None
+        for t in self._TOOL_IDS:
+            try:
+                mon.use_tool_id(t, "revtape")
+            except ValueError:              # held by a debugger, coverage, another thread
+                continue
+            tool = t
+            break
         if tool is None:
             return _MISSING                 # every tool id taken: fall back to the 3.11 way
         E = mon.events
-        mon.use_tool_id(tool, "revtape")
         try:
             self._thread = threading.get_ident()
             mon.register_callback(tool, E.PY_START, self._monitor_start)
@@ -435,6 +464,7 @@ class Watcher:
             self._finish()
 
     def _run_hooks(self, fn, args, kwargs):
+        self._hooks = True
         previous = sys.getprofile()
         if previous is None or callable(previous):
             sys.setprofile(self._profile if previous is None else self._chained_profile(previous))
@@ -518,6 +548,15 @@ class Watcher:
             sites = _draw_sites(self.codes, names)
             where = ", ".join(sites[:3]) if sites else "<in code revtape does not watch>"
             self.draws.append((f"a draw from a {label}", where))
+        if self._hooks and not self.draws:
+            # 3.11 sees no call into numpy's Cython methods: a generator made
+            # during the run and never bound to a name is invisible, so code
+            # that makes one counts as drawing (eager is correct; frozen is not).
+            for code in self.codes:
+                for name, line in _factory_lines(code):
+                    self.draws.append((f"a generator made during the run ({name})",
+                                       f"{code.co_filename}:{line}"))
+                    return
 
     def draw_report(self):
         """'Generator(PCG64).standard_normal at file.py:12; ...'"""
