@@ -576,6 +576,48 @@ def test_first_call_under_settrace_and_the_tracer_keeps_running():
     assert ("traced_model", "call") in events and ("traced_model", "line") in events
 
 
+def test_under_cprofile_and_a_tracer_together():
+    f = _fresh_f()
+    events = []
+
+    def tracer(frame, event, arg):
+        events.append(frame.f_code.co_name)
+        return None
+
+    p = cProfile.Profile()
+    sys.settrace(tracer)
+    p.enable()
+    try:
+        got = rt.grad(f)(X3)
+        still = sys.gettrace()
+    finally:
+        p.disable()
+        sys.settrace(None)
+    np.testing.assert_allclose(got, _expected(X3))
+    assert still is tracer and "traced_model" in events
+    assert "traced_model" in {k[2] for k in pstats.Stats(p).stats}
+
+
+def test_an_exception_in_f_leaves_every_hook_as_it_was():
+    def hook(frame, event, arg):
+        pass
+
+    def bad(x):
+        raise ValueError("inside f")
+
+    sys.setprofile(hook)
+    try:
+        with pytest.raises(ValueError, match="inside f"):
+            rt.grad(bad)(X3)
+        with pytest.raises(ValueError, match="inside f"):
+            rt.GradientTape(bad, X3)
+        assert sys.getprofile() is hook
+    finally:
+        sys.setprofile(None)
+    if sys.version_info >= (3, 12):
+        assert all(sys.monitoring.get_tool(i) is None for i in range(6))
+
+
 def test_recording_inside_a_coverage_like_tracer():
     lines = set()
     target = _fresh_f()
