@@ -5,13 +5,18 @@ A recorded tape is a snapshot of one run of f.  It is valid while
 1. the call has the same structure (shapes and dtypes of array arguments,
    values of static arguments) -- the cache key;
 2. the code and bindings that run used are unchanged -- binding guards,
-   collected by WATCHING the recording run (sys.setprofile), not by static
-   analysis: the __code__, defaults and closure cells of every Python
-   function that ran, the globals and module/class attributes their code
-   names, the class attribute a method was found under, and revtape's own
-   op-table epoch;
+   collected by WATCHING the recording run (watch.py: sys.monitoring on
+   3.12+, a chained profile hook on 3.11), not by static analysis: the
+   __code__, defaults and closure cells of every Python function that ran,
+   the globals and module/class attributes their code names, the class
+   attribute a method was found under, attributes of the objects f reached
+   (self, arguments, closures, globals), and revtape's own op-table epoch;
 3. every comparison Python branched on comes out the same -- branch guards,
    checked by the C VM during the forward sweep.
+
+A function that draws random numbers while recorded is recorded on every
+call instead (a compiled tape would freeze the draws), with one
+RandomDrawWarning.
 
 Any failure re-records (``on_stale="rerecord"``, the default) or raises
 StaleTape (``on_stale="raise"``).  Up to 8 variants (recorded branches) are
@@ -219,7 +224,10 @@ class Guards:
                     stack.extend((v, depth + 1) for v in items)
                 continue
             cls = type(o)
-            d = getattr(o, "__dict__", None)
+            try:
+                d = getattr(o, "__dict__", None)
+            except Exception:               # a __getattr__ that misbehaves: no guards here
+                continue
             if type(d) is not dict:
                 d = None
             for name in names:
@@ -229,7 +237,8 @@ class Guards:
                     v = getattr(o, name, _MISSING)          # a __slots__ slot
                     if not getattr(v, "_is_tracked", False):
                         self.attr(o, name)
-                        stack.append((v, depth + 1)) if depth < max_depth else None
+                        if depth < max_depth:
+                            stack.append((v, depth + 1))
                     continue
                 if isinstance(raw, property):
                     self.item(klass.__dict__, name)
