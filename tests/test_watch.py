@@ -165,6 +165,26 @@ def test_draws_through_self_and_through_an_argument():
         np.testing.assert_allclose(_quiet(g, X3, rng), twin.uniform(size=3))
 
 
+class _Sampler:
+    def __init__(self, seed):
+        self.rngs = [np.random.default_rng(seed)]
+
+
+class _Deep:
+    def __init__(self, seed):
+        self.sampler = _Sampler(seed)
+
+    def loss(self, x):
+        return np.sum(x * self.sampler.rngs[0].standard_normal(3))
+
+
+def test_generator_two_attributes_deep_in_a_list():
+    m, twin = _Deep(6), np.random.default_rng(6)
+    g = rt.grad(m.loss)
+    for _ in range(3):
+        np.testing.assert_allclose(_quiet(g, X3), twin.standard_normal(3))
+
+
 def test_generator_made_inside_f_is_not_frozen():
     def f(x):
         rng = np.random.default_rng()          # fresh entropy on every run

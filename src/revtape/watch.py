@@ -25,7 +25,8 @@ Draws: numpy's Generator methods are Cython functions that emit no profile
 event on 3.11, so besides the events (c_call of ``random.Random``'s C methods;
 every CALL on 3.12+) the watcher compares the state of every generator the
 user code could reach (its arguments and locals, globals it names, closure
-cells, one attribute deep -- ``self.rng``) before and after the run.  A
+cells, and up to three links into them -- ``self.sampler.rngs[0]``) before
+and after the run.  A
 state that moved is a draw; its call site is found in the code that ran.
 """
 
@@ -68,6 +69,9 @@ _RANDOMSTATE = np.random.RandomState
 _BITGEN = np.random.BitGenerator
 _RNG_TYPES = (_GENERATOR, _RANDOMSTATE, _BITGEN, _random.Random)
 _IS_RNG = {}
+_NO_RNG_INSIDE = (type, np.ndarray, np.generic, float, int, complex, str, bytes, bool,
+                  type(None), types.FunctionType, types.BuiltinFunctionType, types.CodeType,
+                  functools.partial, np.ufunc)
 # Methods of those objects that do not advance the stream.
 _NOT_DRAWS = frozenset({
     "getstate", "get_state", "__getstate__", "__reduce__", "__reduce_ex__", "__repr__",
@@ -199,8 +203,8 @@ class Watcher:
 
     codes      {code: (globals, owner class or None)} for user code that ran
     functions  {id: function} of Python functions seen being called (3.12+)
-    selves     {id: object} that were self (or cls) in a user method frame and
-               existed before the run
+    selves     {id: object} that were self in a user method frame and existed
+               before the run
     draws      [(what, "file:line")] random draws made during the run
     """
 
@@ -212,13 +216,14 @@ class Watcher:
         self.selves = {}
         self.created = set()
         self.draws = []
-        self._streams = {}          # id(stream) -> [stream, fingerprint, label, drawn]
+        self._streams = {}  # id(stream) -> [stream, fingerprint, label, seen drawing, names]
         self._np_random_added = self._random_added = False
         self._thread = None
         self._entered = False
         self._globals_seen = set()
         self._codes_scanned = set()
         self._hooks = False
+        self._objs_scanned = {}
 
     # ------------------------------------------------ events (all versions)
     def _enter(self, frame):
@@ -254,7 +259,7 @@ class Watcher:
         first = not self._entered
         self._entered = True
         for k, v in locs.items():
-            self._consider(v, 1, not first, k)
+            self._consider(v, 3, not first, k)
         globs = frame.f_globals
         if id(globs) not in self._globals_seen:
             self._globals_seen.add(id(globs))
@@ -268,7 +273,7 @@ class Watcher:
         for name in code.co_names:
             v = globs.get(name, _MISSING)
             if v is not _MISSING:
-                self._consider(v, 1, False, name)
+                self._consider(v, 3, False, name)
         if "random" in code.co_names:
             self._add_global_streams()
 
@@ -278,7 +283,7 @@ class Watcher:
         elif isinstance(v, types.MethodType) and isinstance(v.__self__, _RNG_TYPES):
             self._add(v.__self__, new, name)       # from numpy.random import normal
         elif isinstance(v, types.ModuleType):
-            if v is np or v is np.random or v is _random:
+            if v is np.random or v is _random:     # (np.random.normal: "random" in co_names)
                 self._add_global_streams()
             elif id(v.__dict__) not in self._globals_seen and \
                     is_user_file(getattr(v, "__file__", None)):
@@ -286,15 +291,22 @@ class Watcher:
                 for k, x in list(v.__dict__.items()):
                     if isinstance(x, _RNG_TYPES):
                         self._add(x, False, k)
-        elif depth and not isinstance(v, (type, np.ndarray, float, int, str, types.FunctionType)):
+        elif depth and not isinstance(v, _NO_RNG_INSIDE) and \
+                self._objs_scanned.get(id(v), 0) < depth and not getattr(v, "_is_tracked", False):
+            # self.rng, self.sampler.rng, self.rngs[i]: looked into once per object
+            self._objs_scanned[id(v)] = depth
+            if isinstance(v, (list, tuple, dict)):
+                if len(v) <= 64:
+                    for x in list(v.values() if isinstance(v, dict) else v):
+                        self._consider(x, depth - 1, new, name)
+                return
             try:
                 d = getattr(v, "__dict__", None)
             except Exception:           # an object whose __getattr__ misbehaves
                 return
             if type(d) is dict and len(d) <= 256:
                 for k, x in list(d.items()):
-                    if isinstance(x, _RNG_TYPES):
-                        self._add(x, new, k)                # self.rng
+                    self._consider(x, depth - 1, new, k)
 
     def _add_global_streams(self):
         if not self._np_random_added:
@@ -505,7 +517,7 @@ class Watcher:
                 for name in c.co_names:
                     v = globs.get(name, _MISSING)
                     if v is not _MISSING:
-                        self._consider(v, 1, False)
+                        self._consider(v, 3, False)
                 if "random" in c.co_names:
                     self._add_global_streams()
             self._globals_seen.add(id(globs))
@@ -521,22 +533,22 @@ class Watcher:
         """Generators reachable before the first frame starts (f may be a
         bound method or a partial whose first frame is not user code)."""
         for v in list(args) + list(kwargs.values()):
-            self._consider(v, 1, False)
+            self._consider(v, 3, False)
         seen = 0
         while seen < 8:
             seen += 1
             if isinstance(fn, functools.partial):
                 for v in list(fn.args) + list(fn.keywords.values()):
-                    self._consider(v, 1, False)
+                    self._consider(v, 3, False)
                 fn = fn.func
             elif isinstance(fn, types.MethodType):
-                self._consider(fn.__self__, 1, False)
+                self._consider(fn.__self__, 3, False)
                 fn = fn.__func__
             else:
                 break
         for cell in getattr(fn, "__closure__", None) or ():
             try:
-                self._consider(cell.cell_contents, 1, False)
+                self._consider(cell.cell_contents, 3, False)
             except ValueError:
                 pass
 
