@@ -321,6 +321,7 @@ def test_explicit_tapes_keep_draws_but_warn_with_site_and_how_to_silence(make):
     msg = str(draws[0].message)
     assert f"{__file__}:{line}" in msg
     assert "filterwarnings" in msg and "RandomDrawWarning" in msg
+    assert draws[0].filename == __file__           # the line that made the tape
     if make is rt.GradientTape:            # a recording: replays reuse the numbers
         e = np.random.default_rng(0).standard_normal(3)
         np.testing.assert_allclose(tape.gradient(X3), 2 * X3 * e)
@@ -329,6 +330,28 @@ def test_explicit_tapes_keep_draws_but_warn_with_site_and_how_to_silence(make):
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", category=rt.RandomDrawWarning)
         make(f, X3)
+
+
+def test_one_shot_helpers_use_this_runs_draws_without_warning():
+    rng, twin = np.random.default_rng(12), np.random.default_rng(12)
+
+    def f(x):
+        return np.sum(x ** 3 * rng.standard_normal(3))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e = twin.standard_normal(3)
+        np.testing.assert_allclose(rt.gradient(f, X3), 3 * X3 ** 2 * e)
+        e = twin.standard_normal(3)
+        v, gr = rt.value_and_gradient(f, X3)
+        assert v == pytest.approx(np.sum(X3 ** 3 * e))
+        e = twin.standard_normal(3)
+        np.testing.assert_allclose(rt.hessian(f, X3), np.diag(6 * X3 * e))
+        e = twin.standard_normal(3)
+        np.testing.assert_allclose(rt.hvp(f, X3, np.ones(3)), 6 * X3 * e)
+        e = twin.standard_normal(3)
+        np.testing.assert_allclose(rt.jacobian(lambda x: x ** 2 * rng.standard_normal(3), X3),
+                                   np.diag(2 * X3 * e))
 
 
 # ---------------------------------------------------------------- 2. attribute guards

@@ -594,7 +594,17 @@ def _unbound_of(cls, name):
     return None
 
 
-def warn_tape_draws(watcher, stacklevel):
+def _user_stacklevel():
+    """The stacklevel, for warnings.warn called from our caller, of the first
+    frame outside revtape: the user's line that made the tape."""
+    level, frame = 2, sys._getframe(2)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PKG_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def warn_tape_draws(watcher):
     """The explicit tapes keep draws as constants: say so once, at recording."""
     if watcher.draws:
         warnings.warn(
@@ -602,4 +612,4 @@ def warn_tape_draws(watcher, stacklevel):
             "the tape keeps them as constants, so every replay reuses these numbers. "
             "Use rt.grad(f) to draw afresh on every call, or pass the noise in as an argument; "
             "silence with warnings.filterwarnings('ignore', category=rt.RandomDrawWarning)",
-            RandomDrawWarning, stacklevel=stacklevel + 1)
+            RandomDrawWarning, stacklevel=_user_stacklevel())
