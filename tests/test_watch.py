@@ -510,6 +510,30 @@ def test_attribute_of_a_static_argument_object():
     np.testing.assert_allclose(g(X3, m), [3.0, 2.0, 1.0])
 
 
+def test_function_stored_on_an_object_is_guarded_with_its_code():
+    def square(v):
+        return v ** 2
+
+    class Glm:
+        def __init__(self):
+            self.link = square
+
+        def loss(self, x):
+            return np.sum(self.link(x))
+
+    m = Glm()
+    g = rt.grad(m.loss)
+    np.testing.assert_allclose(g(X3), 2 * X3)
+    old = square.__code__
+    try:
+        square.__code__ = (lambda v: v ** 3).__code__
+        np.testing.assert_allclose(g(X3), 3 * X3 ** 2)
+    finally:
+        square.__code__ = old
+    m.link = np.sin
+    np.testing.assert_allclose(g(X3), np.cos(X3))
+
+
 def test_objects_in_a_list_attribute():
     class Layer:
         def __init__(self, w):

@@ -251,6 +251,8 @@ class Guards:
                         continue
                     self._seen.add((id(d), name))
                     self.values.append((d, name, v))
+                    if isinstance(v, (types.FunctionType, functools.partial, types.MethodType)):
+                        self.function(v)                    # self.link = user_fn: its code too
                     if depth < max_depth:
                         stack.append((v, depth + 1))
                 elif raw is not _MISSING:
