@@ -602,6 +602,16 @@ def test_draws_are_seen_under_cprofile_too():
         np.testing.assert_allclose(gr, twin.standard_normal(3))
 
 
+def test_first_call_under_the_pure_python_profiler():
+    import profile
+
+    f = _fresh_f()
+    p = profile.Profile()
+    got = p.runcall(rt.grad(f), X3)
+    np.testing.assert_allclose(got, _expected(X3))
+    assert "traced_model" in {k[2] for k in pstats.Stats(p).stats}
+
+
 def test_first_call_under_a_python_profile_hook_chains_it():
     f = _fresh_f()
     seen = []
