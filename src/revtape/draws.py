@@ -62,12 +62,8 @@ def _same_params(p, q):
             if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
                     and a.shape == b.shape and np.array_equal(a, b)):
                 return False
-        else:
-            try:
-                if type(a) is not type(b) or bool(a != b):
-                    return False
-            except (TypeError, ValueError):      # e.g. lists of arrays: not comparable
-                return False
+        elif type(a) is not type(b) or a != b:
+            return False
     return True
 
 

@@ -41,7 +41,7 @@ from .errors import BranchChanged, InputError, OutputError, StaleTape
 from . import draws as _draws
 from . import tape as _tape_mod
 from .tape import Tape
-from .watch import RandomDrawWarning, Watcher
+from .watch import RandomDrawWarning, Watcher, is_user_file as _is_user_file  # noqa: F401
 
 MAX_VARIANTS = 8
 _MISSING = object()
