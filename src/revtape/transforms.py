@@ -38,8 +38,6 @@ from . import ops
 from .api import gc_paused
 from .compiled import CompiledTape
 from .errors import BranchChanged, InputError, OutputError, StaleTape
-from . import draws as _draws
-from . import tape as _tape_mod
 from .tape import Tape
 from .watch import RandomDrawWarning, Watcher, is_user_file as _is_user_file  # noqa: F401
 
@@ -539,9 +537,6 @@ class GradFunction:
         tape.finish(out)
         tape._scalar_output()
         if watcher.draws:
-            replayed = self._record_draws(entry, args, kwargs, tape, watcher, pre)
-            if replayed is not None:
-                return replayed
             # A compiled tape would replay these draws as constants.  Re-running
             # f on every call draws as f does; this call's answer is the
             # recording's own, so the generator advanced exactly once.
@@ -573,49 +568,6 @@ class GradFunction:
             return self._eager(args, kwargs)
         return self._result(value, grads)
 
-    def _record_draws(self, entry, args, kwargs, tape, watcher, pre):
-        """Compile a tape whose draws can be replayed exactly (draws.py), or
-        None.  The drawn constants become extra inputs after the data."""
-        def record_again(w):
-            t2 = Tape()
-            targs = list(args)
-            for i in self.argnums:
-                targs[i] = t2.track(args[i])
-            for i, a in enumerate(args):
-                if i not in self.argnums and isinstance(a, np.ndarray) and a.dtype.kind == "f":
-                    targs[i] = t2.track(a)
-            with gc_paused():
-                out = w.run(self.fun, *targs, **kwargs)
-            t2.finish(out)
-            t2._scalar_output()
-            return t2
-
-        found = _draws.plan(tape, watcher.moved, record_again)
-        if found is None:
-            return None
-        plan, nodes = found
-        recorded = tuple(tape._vals[n] for n in nodes)
-        for n in nodes:
-            tape._inputs.append(_tape_mod._WRAP(tape, n, tape._vals[n]))
-        tape._active = None
-        guards = collect_guards(self.fun, watcher, pre, args, kwargs)
-        ctape = CompiledTape(tape, n_grad=len(self.argnums))
-        _, diff, data = self._split(args, kwargs)
-        try:
-            value, grads = ctape.value_and_gradient(tuple(diff + data) + recorded)
-        except BranchChanged:
-            return None
-        variant = _Variant(ctape, guards)
-        variant.replay = _draw_replay(ctape.value_and_gradient, plan)
-        entry.variants.insert(0, variant)
-        self._stats["records"] += 1
-        if not self._warned_draws:
-            self._warned_draws = True
-            warnings.warn(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
-                          "revtape replays them compiled, drawing afresh from the same generator "
-                          "on every call as a re-run of it would", RandomDrawWarning, stacklevel=4)
-        return self._result(value, grads)
-
     def _eager(self, args, kwargs):
         self._stats["records"] += 1
         tape = Tape()
@@ -642,20 +594,6 @@ class GradFunction:
 
     def clear_cache(self):
         self._cache.clear()
-
-
-def _draw_replay(value_and_gradient, plan):
-    """A variant's replay that fills the draw inputs first (see draws.py);
-    if the replay fails (a branch guard), the generators are put back."""
-    def replay(x):
-        saved = plan.states()
-        xs = (x if type(x) is tuple else (x,)) + plan.fill()
-        try:
-            return value_and_gradient(xs)
-        except BaseException:
-            plan.restore(saved)
-            raise
-    return replay
 
 
 def _static_key(a):

@@ -216,7 +216,6 @@ class Watcher:
         self.selves = {}
         self.created = set()
         self.draws = []
-        self.moved = []             # the streams (bit generators, ...) that advanced
         self._streams = {}  # id(stream) -> [stream, fingerprint, label, seen drawing, names]
         self._np_random_added = self._random_added = False
         self._thread = None
@@ -556,13 +555,11 @@ class Watcher:
     def _finish(self):
         streams, self._streams = self._streams, {}
         for stream, fp, label, exact, names in streams.values():
-            if not exact:
-                if _fingerprint(stream) == fp:
-                    continue
-                sites = _draw_sites(self.codes, names)
-                where = ", ".join(sites[:3]) if sites else "<in code revtape does not watch>"
-                self.draws.append((f"a draw from a {label}", where))
-            self.moved.append(stream)
+            if exact or _fingerprint(stream) == fp:
+                continue
+            sites = _draw_sites(self.codes, names)
+            where = ", ".join(sites[:3]) if sites else "<in code revtape does not watch>"
+            self.draws.append((f"a draw from a {label}", where))
         if self._hooks and not self.draws:
             # 3.11 sees no call into numpy's Cython methods: a generator made
             # during the run and never bound to a name is invisible, so code
