@@ -39,7 +39,7 @@ from .api import gc_paused
 from .compiled import CompiledTape
 from .errors import BranchChanged, InputError, OutputError, StaleTape
 from .tape import Tape
-from .watch import RandomDrawWarning, Watcher, is_user_file as _is_user_file  # noqa: F401
+from .watch import RandomDrawWarning, Watcher
 
 MAX_VARIANTS = 8
 _MISSING = object()
