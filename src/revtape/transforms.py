@@ -39,7 +39,7 @@ from .api import gc_paused
 from .compiled import CompiledTape
 from .errors import BranchChanged, InputError, OutputError, StaleTape
 from .tape import Tape
-from .watch import RandomDrawWarning, Watcher
+from .watch import RandomDrawWarning, Watcher, _freeze
 
 MAX_VARIANTS = 8
 _MISSING = object()
@@ -514,7 +514,7 @@ class GradFunction:
             key.append((k, _static_key(kwargs[k])))
         return tuple(key), diff, data
 
-    def _record(self, entry, args, kwargs):
+    def _record(self, entry, args, kwargs, proxy_draws=True):
         if len(entry.variants) >= MAX_VARIANTS:
             entry.eager = True
             if not self._warned:
@@ -531,12 +531,29 @@ class GradFunction:
             if i not in self.argnums and isinstance(a, np.ndarray) and a.dtype.kind == "f":
                 targs[i] = tape.track(a)
         pre = _pre_snapshots(self.fun)
+        draws = _DrawInputs(tape, targs) if proxy_draws else None
         watcher = _Watcher()
-        with gc_paused():
-            out = watcher.run(self.fun, *targs, **kwargs)
+        try:
+            with gc_paused():
+                out = watcher.run(self.fun, *targs, **kwargs)
+        except Exception:
+            if not draws:
+                raise
+            # f could not take its draws as tracked values (float(z), z.astype(int)):
+            # put the generators back and record it with plain draws
+            draws.rewind()
+            return self._record(entry, args, kwargs, proxy_draws=False)
         tape.finish(out)
         tape._scalar_output()
-        if watcher.draws:
+        if draws and not draws.exact(watcher):
+            draws = None
+            watcher.draws.append(("a draw from a Generator argument that cannot be replayed",
+                                  "(a method other than standard_normal/random/"
+                                  "standard_exponential(size))"))
+        if draws is not None and not draws.log:
+            draws = None
+        if any(s is None or draws is None or id(s) not in draws.streams
+               for s in watcher.draw_streams) or (watcher.draws and draws is None):
             # A compiled tape would replay these draws as constants.  Re-running
             # f on every call draws as f does; this call's answer is the
             # recording's own, so the generator advanced exactly once.
@@ -556,9 +573,13 @@ class GradFunction:
         guards = collect_guards(self.fun, watcher, pre, args, kwargs)
         ctape = CompiledTape(tape, n_grad=len(self.argnums))
         self._stats["records"] += 1
-        entry.variants.insert(0, _Variant(ctape, guards))
+        variant = _Variant(ctape, guards)
+        entry.variants.insert(0, variant)
         _, diff, data = self._split(args, kwargs)
         x = diff + data
+        if draws is not None:
+            variant.replay = draws.replay(ctape.value_and_gradient)
+            x = x + list(draws.recorded())
         try:
             value, grads = ctape.value_and_gradient(x[0] if len(x) == 1 else x)
         except BranchChanged:
@@ -594,6 +615,103 @@ class GradFunction:
 
     def clear_cache(self):
         self._cache.clear()
+
+
+class _DrawingGenerator(np.random.Generator):
+    """Stands in, while f is recorded, for a numpy Generator passed to f as an
+    argument, drawing from the same bit generator.  standard_normal, random
+    and standard_exponential called with a size alone return the numbers as
+    tracked tape inputs, so every use of them is on the tape (or an escape
+    such as float(z) fails the recording, which is then redone with plain
+    draws); each replay refills those inputs by the same calls, in order, on
+    the same generator -- the numbers a re-run of f would draw.  Any other
+    method marks the recording not replayable (f is then recorded on every
+    call)."""
+
+    _REPLAYABLE = ("standard_normal", "random", "standard_exponential")
+
+    def __init__(self, gen, tape, log):
+        np.random.Generator.__init__(self, gen.bit_generator)
+        self._rt = (gen, tape, log)
+        self._rt_opaque = False
+
+    def __getattribute__(self, name):
+        if not name.startswith("_") and name not in _DrawingGenerator._REPLAYABLE \
+                and name not in ("bit_generator", "spawn"):
+            object.__setattr__(self, "_rt_opaque", True)
+        return object.__getattribute__(self, name)
+
+    def _rt_draw(self, name, args, kwargs):
+        value = getattr(np.random.Generator, name)(self, *args, **kwargs)
+        if len(args) + len(kwargs) > 1 or (kwargs and "size" not in kwargs):
+            object.__setattr__(self, "_rt_opaque", True)     # dtype, out, loc...: not replayed
+            return value
+        gen, tape, log = self._rt
+        size = args[0] if args else kwargs.get("size")
+        log.append((gen, name, size))
+        return tape.track(value)
+
+    def standard_normal(self, *args, **kwargs):
+        return self._rt_draw("standard_normal", args, kwargs)
+
+    def random(self, *args, **kwargs):
+        return self._rt_draw("random", args, kwargs)
+
+    def standard_exponential(self, *args, **kwargs):
+        return self._rt_draw("standard_exponential", args, kwargs)
+
+
+class _DrawInputs:
+    """The Generator arguments of one recording, replaced by
+    _DrawingGenerator, and the draws logged as tape inputs."""
+
+    def __init__(self, tape, targs):
+        self.tape, self.log, self.proxies, self.streams, self.before = tape, [], [], {}, []
+        for i, a in enumerate(targs):
+            if type(a) is np.random.Generator:
+                p = _DrawingGenerator(a, tape, self.log)
+                targs[i] = p
+                self.proxies.append(p)
+                self.streams[id(a.bit_generator)] = a.bit_generator
+                self.before.append((a.bit_generator, a.bit_generator.state))
+        self.n_inputs = len(tape._inputs)
+
+    def __bool__(self):
+        return bool(self.proxies)
+
+    def rewind(self):
+        for bg, state in self.before:
+            bg.state = state
+
+    def exact(self, watcher):
+        """The logged calls account for every move of the generators."""
+        if any(p._rt_opaque for p in self.proxies):
+            return False
+        copies = {id(bg): np.random.Generator(type(bg)()) for bg, _ in self.before}
+        for bg, state in self.before:
+            copies[id(bg)].bit_generator.state = state
+        for gen, name, size in self.log:
+            getattr(copies[id(gen.bit_generator)], name)(size=size)
+        return all(_freeze(copies[id(bg)].bit_generator.state) == _freeze(bg.state)
+                   for bg, _ in self.before)
+
+    def recorded(self):
+        return tuple(self.tape._vals[t._id] for t in self.tape._inputs[self.n_inputs:])
+
+    def replay(self, value_and_gradient):
+        steps = [(getattr(gen, name), size) for gen, name, size in self.log]
+        streams = [bg for bg, _ in self.before]
+
+        def replay(x):
+            saved = [bg.state for bg in streams]
+            xs = (x if type(x) is tuple else (x,)) + tuple(draw(size=size) for draw, size in steps)
+            try:
+                return value_and_gradient(xs)
+            except BaseException:       # a branch guard failed: as if this call never drew
+                for bg, st in zip(streams, saved):
+                    bg.state = st
+                raise
+        return replay
 
 
 def _static_key(a):

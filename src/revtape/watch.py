@@ -216,6 +216,7 @@ class Watcher:
         self.selves = {}
         self.created = set()
         self.draws = []
+        self.draw_streams = []      # the stream of each draw (None: unknown)
         self._streams = {}  # id(stream) -> [stream, fingerprint, label, seen drawing, names]
         self._np_random_added = self._random_added = False
         self._thread = None
@@ -353,6 +354,7 @@ class Watcher:
         if not entry[3]:
             entry[3] = True
             self.draws.append((f"{label}.{name}", _site(frame)))
+            self.draw_streams.append(stream)
 
     # ------------------------------------------------ 3.11: profile hook
     def _profile(self, frame, event, arg):
@@ -560,6 +562,7 @@ class Watcher:
             sites = _draw_sites(self.codes, names)
             where = ", ".join(sites[:3]) if sites else "<in code revtape does not watch>"
             self.draws.append((f"a draw from a {label}", where))
+            self.draw_streams.append(stream)
         if self._hooks and not self.draws:
             # 3.11 sees no call into numpy's Cython methods: a generator made
             # during the run and never bound to a name is invisible, so code
@@ -568,6 +571,7 @@ class Watcher:
                 for name, line in _factory_lines(code):
                     self.draws.append((f"a generator made during the run ({name})",
                                        f"{code.co_filename}:{line}"))
+                    self.draw_streams.append(None)
                     return
 
     def draw_report(self):
