@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "1a8375479fb4aeb4"
+#define RT_OP_TABLE_HASH "778086439522b7db"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -100,6 +100,11 @@
     X(REDUCE_LOGSUMEXP) \
     X(REDUCE_ALL) \
     X(REDUCE_ANY) \
+    X(CHOLESKY) \
+    X(TRISOLVE) \
+    X(SOLVE) \
+    X(INV) \
+    X(SLOGDET) \
     X(GUARD_LT) \
     X(GUARD_LE) \
     X(GUARD_GT) \
@@ -182,6 +187,14 @@
     X(LOGSUMEXP) \
     X(ALL) \
     X(ANY)
+
+/* Dense linear algebra, kernels in linalg.c: X(NAME) */
+#define RT_LINALG(X) \
+    X(CHOLESKY) \
+    X(TRISOLVE) \
+    X(SOLVE) \
+    X(INV) \
+    X(SLOGDET)
 
 /* Branch guards: X(NAME, predicate in x y) */
 #define RT_GUARDS(X) \
