@@ -22,10 +22,29 @@
 #include <stdio.h>
 #include <string.h>
 
+/* gcc's -O2 cost model (12+: "very cheap") leaves loops that need an alias
+ * check or a remainder loop scalar -- every axpy and dot here.  These
+ * kernels are all such loops, so this file asks for -O3's vectoriser.  No
+ * fast-math: the dot products' four accumulators fix the summation order. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
+/* The O(n^3) kernels are also compiled for AVX2 (4 doubles a vector instead
+ * of SSE2's 2), chosen at load time by the CPU (gcc's target_clones, an
+ * ifunc: x86-64 Linux with glibc).  No FMA: -std=c99 keeps contraction off,
+ * so both clones round alike. -DRT_NO_CLONES turns this off. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
+    && defined(__GLIBC__) && !defined(RT_NO_CLONES)
+#define RT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define RT_CLONES
+#endif
+
 #include "linalg.h"
 #include "ops_generated.h"
 
-static double rt_ldot(const double *x, const double *y, int64_t n)
+static double rt_ldot(const double *restrict x, const double *restrict y, int64_t n)
 {
     double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
     int64_t k;
@@ -40,7 +59,7 @@ static double rt_ldot(const double *x, const double *y, int64_t n)
     return (s0 + s1) + (s2 + s3);
 }
 
-static void rt_laxpy(double *y, double alpha, const double *x, int64_t n)
+static void rt_laxpy(double *restrict y, double alpha, const double *restrict x, int64_t n)
 {
     int64_t k;
     for (k = 0; k < n; k++)
@@ -58,7 +77,7 @@ static void rt_lfill(double *x, double value, int64_t n)
 
 /* L = cholesky(lower triangle of A), row by row (Cholesky-Banachiewicz):
  * every entry is a dot product of two contiguous row prefixes. */
-static void chol_forward(double *L, const double *A, int64_t n)
+RT_CLONES static void chol_forward(double *L, const double *A, int64_t n)
 {
     int64_t i, j;
     for (i = 0; i < n; i++) {
@@ -81,9 +100,9 @@ static void chol_forward(double *L, const double *A, int64_t n)
 }
 
 /* dA += sym(reverse of chol_forward applied to tril(G)); W: n*n scratch. */
-static void chol_reverse(double *dA, const double *L, const double *G, double *W, int64_t n)
+RT_CLONES static void chol_reverse(double *dA, const double *L, const double *G, double *W, int64_t n)
 {
-    int64_t i, j, k;
+    int64_t i, j;
     for (i = 0; i < n; i++)
         for (j = 0; j <= i; j++)
             W[i * n + j] = G[i * n + j];
@@ -101,10 +120,8 @@ static void chol_reverse(double *dA, const double *L, const double *G, double *W
             const double t = wi[j] / ljj;
             wi[j] = t;
             wj[j] -= t * li[j];
-            for (k = 0; k < j; k++) {
-                wi[k] -= t * lj[k];
-                wj[k] -= t * li[k];
-            }
+            rt_laxpy(wi, -t, lj, j);
+            rt_laxpy(wj, -t, li, j);
         }
         u = wj[j] / (2.0 * ljj);
         wj[j] = u;
@@ -121,7 +138,7 @@ static void chol_reverse(double *dA, const double *L, const double *G, double *W
 }
 
 /* T = d cholesky(A)[Ad_sym], Ad_sym = (Ad + Ad^T)/2: chol_forward differentiated. */
-static void chol_tangent(double *T, const double *L, const double *Ad, int64_t n)
+RT_CLONES static void chol_tangent(double *T, const double *L, const double *Ad, int64_t n)
 {
     int64_t i, j;
     for (i = 0; i < n; i++) {
@@ -143,7 +160,7 @@ static void chol_tangent(double *T, const double *L, const double *Ad, int64_t n
 
 /* X := op(L)^-1 X in place, X n x m; op(L) = L or L^T; only L's `lower`
  * (else upper) triangle is read, and its diagonal only if !unit. */
-static void tri_solve(const double *L, double *X, int64_t n, int64_t m, int lower, int trans,
+RT_CLONES static void tri_solve(const double *L, double *X, int64_t n, int64_t m, int lower, int trans,
                       int unit)
 {
     int64_t i, k;
@@ -236,7 +253,7 @@ static int in_triangle(int64_t i, int64_t k, int lower, int unit)
 
 /* LU := P A = L U (unit L below the diagonal, U on and above); piv[k] = the
  * row swapped with row k at step k.  Returns 1 when a pivot is exactly 0. */
-static int lu_factor(double *LU, double *piv, int64_t n)
+RT_CLONES static int lu_factor(double *LU, double *piv, int64_t n)
 {
     int64_t i, j, k;
     int singular = 0;
@@ -285,7 +302,7 @@ static void swap_rows(double *X, int64_t r, int64_t s, int64_t m)
 }
 
 /* X := A^-1 X (trans 0) or A^-T X (trans 1) from lu_factor's result. */
-static void lu_solve(const double *LU, const double *piv, double *X, int64_t n, int64_t m,
+RT_CLONES static void lu_solve(const double *LU, const double *piv, double *X, int64_t n, int64_t m,
                      int trans)
 {
     int64_t k;
