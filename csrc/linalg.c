@@ -354,6 +354,17 @@ int rt_linalg_lengths(int op, const int32_t *rec, int64_t n, int64_t *la, int64_
         return 1;
     }
     *la = N * N;
+    if (op == RT_OP_CUMSUM || op == RT_OP_CUMPROD) {
+        /* N segments of M contiguous elements, scanned independently */
+        *la = N * M;
+        *ls = 0;
+        if (N * M != n) {
+            snprintf(why, (size_t)why_len, "n = %lld is not N*M = %lld*%lld", (long long)n,
+                     (long long)N, (long long)M);
+            return 1;
+        }
+        return 0;
+    }
     switch (op) {
     case RT_OP_CHOLESKY: out = N * N; *ls = N * N; break;
     case RT_OP_TRISOLVE: out = N * M; *lb = N * M; *ls = N * M; break;
@@ -381,7 +392,29 @@ void rt_linalg_forward(int op, double *v, const int32_t *rec, int64_t o, int64_t
     const int64_t N = rec[0], M = rec[1];
     const int flags = rec[2];
     double *S = v + rec[3];
+    int64_t s, i;
     switch (op) {
+    case RT_OP_CUMSUM:
+        /* numpy's order: out[0] = x[0], out[i] = out[i-1] + x[i] */
+        for (s = 0; s < N; s++) {
+            const double *x = v + a + s * M;
+            double *y = v + o + s * M;
+            if (M > 0)
+                y[0] = x[0];
+            for (i = 1; i < M; i++)
+                y[i] = y[i - 1] + x[i];
+        }
+        break;
+    case RT_OP_CUMPROD:
+        for (s = 0; s < N; s++) {
+            const double *x = v + a + s * M;
+            double *y = v + o + s * M;
+            if (M > 0)
+                y[0] = x[0];
+            for (i = 1; i < M; i++)
+                y[i] = y[i - 1] * x[i];
+        }
+        break;
     case RT_OP_CHOLESKY:
         chol_forward(v + o, v + a, N);
         break;
@@ -444,8 +477,41 @@ void rt_linalg_reverse(int op, uint32_t fl, double *v, double *d, const int32_t 
     const int64_t N = rec[0], M = rec[1];
     const int flags = rec[2];
     double *S = v + rec[3];
-    int64_t i, k;
+    int64_t i, k, s;
     switch (op) {
+    case RT_OP_CUMSUM:
+        /* dx[i] += g[i] + g[i+1] + ... + g[M-1], summed from the end */
+        if (fl & 1)
+            for (s = 0; s < N; s++) {
+                const double *g = d + o + s * M;
+                double *dx = d + a + s * M, acc;
+                if (M == 0)
+                    continue;
+                acc = g[M - 1];
+                dx[M - 1] += acc;
+                for (i = M - 2; i >= 0; i--) {
+                    acc = acc + g[i];
+                    dx[i] += acc;
+                }
+            }
+        break;
+    case RT_OP_CUMPROD:
+        /* Zero-safe: dx[i] = y[i-1] * r[i], r[i] = g[i] + x[i+1] r[i+1]
+         * (y the output, y[-1] = 1): no division by x. */
+        if (fl & 1)
+            for (s = 0; s < N; s++) {
+                const double *g = d + o + s * M, *x = v + a + s * M, *y = v + o + s * M;
+                double *dx = d + a + s * M, r;
+                if (M == 0)
+                    continue;
+                r = g[M - 1];
+                for (i = M - 1; i >= 0; i--) {
+                    dx[i] += (i > 0 ? y[i - 1] : 1.0) * r;
+                    if (i > 0)
+                        r = g[i - 1] + x[i] * r;
+                }
+            }
+        break;
     case RT_OP_CHOLESKY:
         if (fl & 1)
             chol_reverse(d + a, v + o, d + o, S, N);
@@ -527,8 +593,29 @@ void rt_linalg_tangent(int op, uint32_t fl, double *v, double *t, const int32_t 
     const int64_t N = rec[0], M = rec[1];
     const int flags = rec[2];
     double *S = v + rec[3];
-    int64_t i, k;
+    int64_t i, k, s;
     switch (op) {
+    case RT_OP_CUMSUM:
+        for (s = 0; s < N; s++) {
+            const double *tx = t + a + s * M;
+            double *ty = t + o + s * M;
+            if (M > 0)
+                ty[0] = tx[0];
+            for (i = 1; i < M; i++)
+                ty[i] = ty[i - 1] + tx[i];
+        }
+        break;
+    case RT_OP_CUMPROD:
+        /* T[i] = T[i-1] x[i] + y[i-1] xdot[i] */
+        for (s = 0; s < N; s++) {
+            const double *tx = t + a + s * M, *x = v + a + s * M, *y = v + o + s * M;
+            double *ty = t + o + s * M;
+            if (M > 0)
+                ty[0] = tx[0];
+            for (i = 1; i < M; i++)
+                ty[i] = ty[i - 1] * x[i] + y[i - 1] * tx[i];
+        }
+        break;
     case RT_OP_CHOLESKY:
         if (fl & 1)
             chol_tangent(t + o, v + o, t + a, N);

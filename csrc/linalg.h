@@ -13,6 +13,8 @@
  *   SOLVE     out[N*M] = a^-1 b (LU with partial pivoting; singular -> nan)
  *   INV       out[N*N] = a^-1 (singular -> nan)
  *   SLOGDET   out[2] = (sign, log|det a|) (singular -> (0, -inf))
+ *   CUMSUM, CUMPROD  N segments of M: out[s, :] = cumsum/cumprod(a[s, :])
+ *             (numpy's sequential order; no scratch)
  * `scratch` is an offset into the value arena owned by the instruction
  * (factorizations kept from the forward sweep for the reverse and tangent
  * sweeps, and work space); its length is given by rt_linalg_lengths.

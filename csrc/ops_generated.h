@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "778086439522b7db"
+#define RT_OP_TABLE_HASH "1039909ea0af6a6b"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -105,6 +105,8 @@
     X(SOLVE) \
     X(INV) \
     X(SLOGDET) \
+    X(CUMSUM) \
+    X(CUMPROD) \
     X(GUARD_LT) \
     X(GUARD_LE) \
     X(GUARD_GT) \
@@ -194,7 +196,9 @@
     X(TRISOLVE) \
     X(SOLVE) \
     X(INV) \
-    X(SLOGDET)
+    X(SLOGDET) \
+    X(CUMSUM) \
+    X(CUMPROD)
 
 /* Branch guards: X(NAME, predicate in x y) */
 #define RT_GUARDS(X) \

@@ -42,18 +42,20 @@ def check_all(f, x, hessian=True, fd_rtol=1e-6):
     x2 = x + 0.01 * np.random.default_rng(1).standard_normal(np.shape(x))
     np.testing.assert_allclose(ct.gradient(x2), rt.gradient(f, x2), rtol=1e-11, atol=1e-12)
     if hessian:
-        H_ref = tape.hessian(x)
-        H_c = ct.hessian(x)
-        scale = np.abs(H_ref).max()
+        size = np.size(x)
+        H_ref = tape.hessian(x).reshape(size, size)
+        H_c = ct.hessian(x).reshape(size, size)
+        scale = max(np.abs(H_ref).max(), 1e-300)
         np.testing.assert_allclose(H_c, H_ref, rtol=1e-10, atol=1e-11 * scale)
         np.testing.assert_allclose(H_ref, H_ref.T, rtol=1e-9, atol=1e-10 * scale)
         # Hessian columns against finite differences of the (compiled) gradient
         rng = np.random.default_rng(2)
         v = rng.standard_normal(np.shape(x))
         h = 1e-4
-        fd = (ct.gradient(x + h * v) - ct.gradient(x - h * v)) / (2 * h)
-        np.testing.assert_allclose(H_c @ v, fd, rtol=1e-5, atol=1e-6 * scale)
-        np.testing.assert_allclose(ct.hvp(x, v), H_c @ v, rtol=1e-10, atol=1e-11 * scale)
+        fd = (ct.gradient(x + h * v) - ct.gradient(x - h * v)).ravel() / (2 * h)
+        Hv = H_c @ v.ravel()
+        np.testing.assert_allclose(Hv, fd, rtol=1e-5, atol=1e-6 * scale)
+        np.testing.assert_allclose(np.ravel(ct.hvp(x, v)), Hv, rtol=1e-10, atol=1e-11 * scale)
     return tape, ct
 
 

@@ -446,6 +446,12 @@ class _Lowering:
     def _lower_linalg(self, op, o, args, params, flag):
         # ints record (N, M, flags, scratch): see csrc/linalg.h
         sa = _shp(self.vals[args[0]])
+        if op.name in ("cumsum", "cumprod"):
+            m = sa[-1]
+            size = _size(sa)
+            self.emit(op.name.upper(), size, o, self.offset[args[0]], 0,
+                      self._ints([size // m if m else 0, m, 0, 0]), flags=flag[0])
+            return
         nn = sa[0]
         mm = nn
         if len(args) > 1:

@@ -553,6 +553,40 @@ _def("slogdet", LINALG, _quiet(_slogdet_fwd),
      vjp=lambda i, g, ans, a: P.mul(P.item(g, i=1), transpose(P.inv(a))),
      doc="[sign, log|det A|]; only log|det A| is differentiable")
 
+# ---------------------------------------------------------------- scans (last axis)
+# cumsum/cumprod along the last axis (tracked.py moves another axis last with
+# gathers); sequential, in numpy's order, so the compiled replay is bit-for-bit.
+
+def flip_last(x):
+    s = shape_of(x)
+    idx = np.ascontiguousarray(np.arange(int(np.prod(s, dtype=np.int64))).reshape(s)[..., ::-1])
+    return P.take(x, idx=idx)
+
+
+def _cumprod_vjp(i, g, y, x):
+    if getattr(g, "_is_tracked", False) or getattr(x, "_is_tracked", False):
+        # traced (second derivatives): revcumsum(g y) / x, which needs x != 0
+        return P.div(flip_last(P.cumsum(flip_last(P.mul(g, y)))), x)
+    # plain values: the C kernel's zero-safe recurrence, dx[i] = y[i-1] r[i],
+    # r[i] = g[i] + x[i+1] r[i+1]
+    g, x, y = (np.asarray(v, dtype=np.float64) for v in (g, x, y))
+    m = x.shape[-1]
+    dx = np.empty_like(x)
+    if m:
+        r = g[..., m - 1].copy()
+        for k in range(m - 1, -1, -1):
+            dx[..., k] = (y[..., k - 1] if k > 0 else 1.0) * r
+            if k > 0:
+                r = g[..., k - 1] + x[..., k] * r
+    return dx
+
+
+_def("cumsum", LINALG, _quiet(lambda x: np.cumsum(x, axis=-1)),
+     vjp=lambda i, g, ans, x: flip_last(P.cumsum(flip_last(g))),
+     doc="cumulative sum along the last axis")
+_def("cumprod", LINALG, _quiet(lambda x: np.cumprod(x, axis=-1)), vjp=_cumprod_vjp,
+     doc="cumulative product along the last axis; zero-safe reverse")
+
 # ---------------------------------------------------------------- guards
 # A guard records the outcome of a comparison that Python branched on.  It has
 # no output; replays re-evaluate the exact predicate and stop when it differs.
