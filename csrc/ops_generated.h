@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "1039909ea0af6a6b"
+#define RT_OP_TABLE_HASH "2bf647c311176bc3"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -105,6 +105,7 @@
     X(SOLVE) \
     X(INV) \
     X(SLOGDET) \
+    X(EIGH) \
     X(CUMSUM) \
     X(CUMPROD) \
     X(GUARD_LT) \
@@ -197,6 +198,7 @@
     X(SOLVE) \
     X(INV) \
     X(SLOGDET) \
+    X(EIGH) \
     X(CUMSUM) \
     X(CUMPROD)
 

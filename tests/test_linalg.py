@@ -371,3 +371,61 @@ def test_mvn_logpdf_through_cholesky_matches_scipy(rng):
     np.testing.assert_allclose(logp(x), multivariate_normal(x[:n], X @ X.T + np.eye(n)).logpdf(y),
                                rtol=1e-12)
     check_all(logp, x)
+
+
+# ---------------------------------------------------------------------------- eigh
+
+@pytest.mark.parametrize("n", [1, 2, 5, 12])
+def test_eigh(n, rng):
+    u = rng.standard_normal(n)
+    W = rng.standard_normal((n, n))
+    b = rng.standard_normal(n)
+
+    def f(x):
+        X = np.reshape(x, (n, n))
+        w, V = np.linalg.eigh(X + X.T)
+        # sign-invariant in the eigenvectors, so plain numpy evaluates it too
+        return np.sum(u * w) + np.sum(W * V * V) + np.sum((b @ V) ** 2 * u)
+
+    tape, ct = check_all(f, rng.standard_normal(n * n), hessian=n <= 5)
+    assert "EIGH" in opcodes(ct)
+
+
+def test_eigh_values_vectors_and_sign_convention(rng):
+    from revtape import ops
+    n = 6
+    X = rng.standard_normal((n, n))
+    A = X + X.T
+    B = A.copy()
+    B[0, 3] = 50.0                          # the upper triangle is not read (UPLO='L')
+    t = rt.Tape()
+    w, V = np.linalg.eigh(t.track(B))
+    we, Ve = np.linalg.eigh(A)
+    np.testing.assert_allclose(rt.value(w), we, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(rt.value(V), ops.eigh_signs(Ve), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rt.value(np.linalg.eigvalsh(t.track(A))), we, rtol=1e-12,
+                               atol=1e-13)
+    wu, Vu = np.linalg.eigh(t.track(A.T.copy()), UPLO="U")
+    np.testing.assert_allclose(rt.value(wu), we, rtol=1e-12, atol=1e-13)
+    # a function of the raw eigenvectors: reference and compiled replays agree
+    Wt = rng.standard_normal((n, n))
+    f = lambda A: np.sum(Wt * np.linalg.eigh(A)[1])
+    tape = rt.GradientTape(f, A)
+    ct = rt.compile(tape)
+    np.testing.assert_allclose(ct.forward(A), tape.forward(A), rtol=1e-11)
+    g = ct.gradient(A)
+    np.testing.assert_allclose(g, tape.gradient(A), rtol=1e-10, atol=1e-11)
+    D = rng.standard_normal((n, n))
+    D = D + D.T
+    h = 1e-6
+    fs = lambda A: np.sum(Wt * ops.eigh_signs(np.linalg.eigh(A)[1]))
+    np.testing.assert_allclose(np.sum(g * D), (fs(A + h * D) - fs(A - h * D)) / (2 * h),
+                               rtol=1e-6)
+
+
+def test_eigh_gradient_of_eigenvalues_at_a_degenerate_point():
+    f = lambda A: np.sum(np.linalg.eigh(A)[0] ** 2)    # = sum(A**2) for symmetric A
+    A = np.eye(3) * 2.0
+    tape = rt.GradientTape(f, A)
+    for replay in (tape, rt.compile(tape)):
+        np.testing.assert_allclose(replay.gradient(A), 2 * A, rtol=1e-12, atol=1e-12)

@@ -461,9 +461,12 @@ class _Lowering:
         if op.name == "trisolve":
             bits = (params["lower"] and 1) | (params["trans"] and 2) | (params["unit"] and 4)
         scratch = {"cholesky": nn * nn, "trisolve": nn * mm, "solve": nn * nn + nn + nn * mm,
-                   "inv": 2 * nn * nn + nn, "slogdet": 2 * nn * nn + nn}[op.name]
+                   "inv": 2 * nn * nn + nn, "slogdet": 2 * nn * nn + nn,
+                   "eigh": 3 * nn * nn}[op.name]
         s = self._alloc(scratch)
         n = 2 if op.name == "slogdet" else nn * (mm if op.name in ("trisolve", "solve") else nn)
+        if op.name == "eigh":
+            n = nn + nn * nn
         b = self.offset[args[1]] if len(args) > 1 else 0
         self.emit(op.name.upper(), n, o, self.offset[args[0]], b,
                   self._ints([nn, mm, int(bits), s]),

@@ -101,6 +101,29 @@ def det(a):
     return P.mul(sign, P.exp(logdet))
 
 
+_EighResult = type(np.linalg.eigh(np.eye(1)))
+
+
+def eigh(a, UPLO="L"):
+    """np.linalg.eigh: (eigenvalues ascending, eigenvectors as columns), from
+    a's lower (UPLO='L') or upper triangle.  Each eigenvector's
+    largest-magnitude component is positive (numpy's signs are arbitrary:
+    LAPACK's choice).  Gradients are nan where eigenvalues coincide."""
+    n = _square("eigh", a)
+    if UPLO not in ("L", "U", "l", "u"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    if UPLO in ("U", "u"):
+        a = ops.transpose(a)
+    r = P.eigh(a)
+    w = P.take(r, idx=np.arange(n))
+    V = P.reshape(P.take(r, idx=np.arange(n, n + n * n)), shape=(n, n))
+    return _EighResult(w, V)
+
+
+def eigvalsh(a, UPLO="L"):
+    return eigh(a, UPLO)[0]
+
+
 # ---------------------------------------------------------------- structure (gathers and selects)
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
@@ -186,7 +209,8 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
 
 _t.HANDLED_FUNCTIONS.update({
     np.linalg.cholesky: cholesky, np.linalg.solve: solve, np.linalg.inv: inv,
-    np.linalg.slogdet: slogdet, np.linalg.det: det,
+    np.linalg.slogdet: slogdet, np.linalg.det: det, np.linalg.eigh: eigh,
+    np.linalg.eigvalsh: eigvalsh,
     np.trace: trace, np.diag: diag, np.diagonal: diagonal, np.tril: tril, np.triu: triu,
 })
 
@@ -227,5 +251,5 @@ def _install_scipy():
 
 _install_scipy()
 
-__all__ = ["cholesky", "solve", "inv", "slogdet", "det", "diagonal", "trace", "diag", "tril",
+__all__ = ["cholesky", "solve", "inv", "slogdet", "det", "eigh", "eigvalsh", "diagonal", "trace", "diag", "tril",
            "triu", "solve_triangular", "cho_factor", "cho_solve", "LinAlgShapeError"]

@@ -553,6 +553,44 @@ _def("slogdet", LINALG, _quiet(_slogdet_fwd),
      vjp=lambda i, g, ans, a: P.mul(P.item(g, i=1), transpose(P.inv(a))),
      doc="[sign, log|det A|]; only log|det A| is differentiable")
 
+def eigh_signs(V):
+    """Each column's largest-magnitude entry (the first of equal ones) made
+    positive: the sign convention of the EIGH kernel (LAPACK's is arbitrary)."""
+    V = np.array(V, dtype=np.float64)
+    m = np.argmax(np.abs(V), axis=0)
+    flip = V[m, np.arange(V.shape[1])] < 0
+    V[:, flip] *= -1.0
+    return V
+
+
+def _eigh_fwd(a):
+    a = np.asarray(a, dtype=np.float64)
+    n = a.shape[0]
+    if not np.isfinite(np.tril(a)).all():
+        return np.full(n + n * n, np.nan)
+    w, V = np.linalg.eigh(a)
+    return np.concatenate([w, eigh_signs(V).ravel()])
+
+
+def _eigh_vjp(i, g, ans, a):
+    # A-bar = sym(V (diag(w-bar) + F o (V^T V-bar)) V^T), F[i, j] = 1/(w[j] - w[i])
+    n = shape_of(a)[0]
+    w = P.take(ans, idx=np.arange(n))
+    V = P.reshape(P.take(ans, idx=np.arange(n, n + n * n)), shape=(n, n))
+    wbar = P.take(g, idx=np.arange(n))
+    Vbar = P.reshape(P.take(g, idx=np.arange(n, n + n * n)), shape=(n, n))
+    eye = np.eye(n)
+    diff = P.sub(P.reshape(w, shape=(1, n)), P.reshape(w, shape=(n, 1)))
+    F = P.where(eye, 0.0, P.reciprocal(P.where(eye, 1.0, diff)))
+    M = P.where(eye, broadcast_to(P.reshape(wbar, shape=(1, n)), (n, n)),
+                P.azmul(P.matmul(transpose(V), Vbar), F))
+    abar = P.matmul(P.matmul(V, M), transpose(V))
+    return P.mul(P.add(abar, transpose(abar)), 0.5)
+
+
+_def("eigh", LINALG, _quiet(_eigh_fwd), vjp=_eigh_vjp,
+     doc="[w ascending | V row-major] of A's lower triangle; see eigh_signs")
+
 # ---------------------------------------------------------------- scans (last axis)
 # cumsum/cumprod along the last axis (tracked.py moves another axis last with
 # gathers); sequential, in numpy's order, so the compiled replay is bit-for-bit.
