@@ -429,3 +429,50 @@ def test_eigh_gradient_of_eigenvalues_at_a_degenerate_point():
     tape = rt.GradientTape(f, A)
     for replay in (tape, rt.compile(tape)):
         np.testing.assert_allclose(replay.gradient(A), 2 * A, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- verifier
+
+def _tampered(ct, **ints_at):
+    from revtape import compiler
+    from revtape.compiled import CompiledTape
+    state = ct.program.to_state()
+    ints = state["ints"].copy()
+    for k, v in ints_at.items():
+        ints[int(k[1:])] = v
+    state["ints"] = ints
+    return lambda: CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
+
+
+@pytest.mark.parametrize("field,value,message", [
+    (0, 7, "must equal"),             # N no longer matches M
+    (0, -1, "negative shape"),
+    (2, 3, "flags"),                  # flags on a cholesky
+    (3, 0, "scratch"),                # scratch over the inputs
+    (3, 10 ** 7, "scratch"),          # scratch outside the arena
+])
+def test_verifier_checks_linalg_records(field, value, message, rng):
+    A = spd(rng.standard_normal(9), 3)
+    ct = rt.compile(rt.GradientTape(lambda A: np.sum(np.linalg.cholesky(A)), A))
+    code = ct.program.code
+    row = [i for i in range(code.shape[0]) if "CHOLESKY" in ct.disassemble().splitlines()[i + 1]][0]
+    c = int(code[row, 5])
+    make = _tampered(ct, **{f"i{c + field}": value})
+    with pytest.raises(rt.VerificationError, match=message):
+        make()
+    # the scratch may not overlap the instruction's own output
+    out = int(code[row, 2])
+    with pytest.raises(rt.VerificationError, match="scratch"):
+        _tampered(ct, **{f"i{c + 3}": out})()
+
+
+def test_array_methods_dispatch(rng):
+    x = rng.standard_normal((3, 3))
+    t = rt.Tape()
+    tx = t.track(x)
+    np.testing.assert_array_equal(rt.value(tx.cumsum(axis=0)), x.cumsum(axis=0))
+    np.testing.assert_array_equal(rt.value(tx.cumprod()), x.cumprod())
+    assert tx.argmax() == x.argmax() and tx.argmin(axis=0).tolist() == x.argmin(axis=0).tolist()
+    np.testing.assert_array_equal(tx.argsort(axis=1), x.argsort(axis=1))
+    np.testing.assert_array_equal(rt.value(tx.diagonal(1)), x.diagonal(1))
+    assert rt.value(tx.trace()) == x.trace()
