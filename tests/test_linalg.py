@@ -476,3 +476,28 @@ def test_array_methods_dispatch(rng):
     np.testing.assert_array_equal(tx.argsort(axis=1), x.argsort(axis=1))
     np.testing.assert_array_equal(rt.value(tx.diagonal(1)), x.diagonal(1))
     assert rt.value(tx.trace()) == x.trace()
+
+
+@pytest.mark.parametrize("kw", [{}, {"assume_a": "gen", "transposed": True},
+                                {"assume_a": "sym"}, {"assume_a": "sym", "lower": True},
+                                {"assume_a": "pos"}, {"assume_a": "pos", "lower": True},
+                                {"assume_a": "lower triangular"}])
+def test_scipy_solve_inv_det(kw, rng):
+    n = 4
+    A = spd(rng.standard_normal(n * n), n)
+    A[0, 3] += 0.5                          # not symmetric: each kind reads its part
+    b = rng.standard_normal(n)
+    exp = sla.solve(A, b, **kw)
+    t = rt.Tape()
+    np.testing.assert_allclose(rt.value(sla.solve(t.track(A), b, **kw)), exp, rtol=1e-11)
+    f = lambda A: np.sum(np.sin(sla.solve(A, b, **kw)))
+    if kw.get("assume_a") == "pos":
+        # cholesky's gradient is the symmetric one: check along symmetric directions
+        check_grad(lambda X: f(X + X.T), A / 2)
+    else:
+        check_grad(f, A)
+    tape = rt.GradientTape(f, A)
+    np.testing.assert_allclose(rt.compile(tape).gradient(A), tape.gradient(A), rtol=1e-11,
+                               atol=1e-13)
+    np.testing.assert_allclose(rt.value(sla.inv(t.track(A))), sla.inv(A), rtol=1e-11)
+    np.testing.assert_allclose(rt.value(sla.det(t.track(A))), sla.det(A), rtol=1e-11)

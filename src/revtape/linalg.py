@@ -205,6 +205,39 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     return P.trisolve(c, y, lower=lower, trans=lower, unit=False)
 
 
+def scipy_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
+                assume_a=None, transposed=False):
+    """scipy.linalg.solve: 'gen' (LU), 'sym'/'her' (LU of the symmetric matrix
+    built from a's lower or upper triangle, the one scipy reads), 'pos'
+    (Cholesky), 'lower triangular'/'upper triangular' (a triangular solve);
+    transposed=True solves a^T x = b."""
+    n = _square("solve", a)
+    _rhs("solve", n, b)
+    kind = {None: "gen", "gen": "gen", "general": "gen", "sym": "sym", "symmetric": "sym",
+            "her": "sym", "hermitian": "sym", "pos": "pos", "positive definite": "pos",
+            "lower triangular": "lower", "upper triangular": "upper"}.get(assume_a)
+    if kind is None:
+        raise UnsupportedError(f"scipy.linalg.solve(assume_a={assume_a!r}) is not supported on "
+                               "tracked values")
+    if kind in ("lower", "upper"):
+        return P.trisolve(a, b, lower=kind == "lower", trans=bool(transposed), unit=False)
+    if kind == "pos":
+        return cho_solve(cho_factor(a, lower=lower), b)      # symmetric: transposed is moot
+    if kind == "sym":
+        t = ops.tril(a) if lower else ops.triu(a)
+        strict = ops.tril(a, -1) if lower else ops.triu(a, 1)
+        return P.solve(P.add(t, ops.transpose(strict)), b)
+    return P.solve(ops.transpose(a) if transposed else a, b)
+
+
+def scipy_inv(a, overwrite_a=False, check_finite=True):
+    return inv(a)
+
+
+def scipy_det(a, overwrite_a=False, check_finite=True):
+    return det(a)
+
+
 # ---------------------------------------------------------------- dispatch
 
 _t.HANDLED_FUNCTIONS.update({
@@ -215,7 +248,8 @@ _t.HANDLED_FUNCTIONS.update({
 })
 
 _SCIPY = {"solve_triangular": solve_triangular, "cholesky": scipy_cholesky,
-          "cho_factor": cho_factor, "cho_solve": cho_solve}
+          "cho_factor": cho_factor, "cho_solve": cho_solve, "solve": scipy_solve,
+          "inv": scipy_inv, "det": scipy_det}
 
 
 def _any_tracked(args, kwargs):
