@@ -93,6 +93,10 @@ RT_CLONES static void chol_forward(double *L, const double *A, int64_t n)
                 return;
             }
             li[i] = sqrt(dd);
+            if (!(li[i] < INFINITY)) {         /* an infinite pivot: no factor either */
+                rt_lfill(L, NAN, n * n);
+                return;
+            }
         }
         for (j = i + 1; j < n; j++)
             li[j] = 0.0;

@@ -501,3 +501,17 @@ def test_scipy_solve_inv_det(kw, rng):
                                atol=1e-13)
     np.testing.assert_allclose(rt.value(sla.inv(t.track(A))), sla.inv(A), rtol=1e-11)
     np.testing.assert_allclose(rt.value(sla.det(t.track(A))), sla.det(A), rtol=1e-11)
+
+
+def test_cholesky_of_overflowing_matrices_is_nan_in_both_replays():
+    # exp overflows to inf inside the function: on the diagonal, off it
+    for where in ((0, 0), (1, 0)):
+        def f(x):
+            E = np.zeros((2, 2))
+            E[where] = 1.0
+            A = np.eye(2) * 3.0 + np.exp(x[0]) * (E + E.T) / (1.0 + (where[0] == where[1]))
+            return np.sum(np.linalg.cholesky(A))
+        tape = rt.GradientTape(f, np.array([0.0]))
+        for replay in (tape, rt.compile(tape)):
+            assert np.isnan(replay.forward(np.array([800.0])))
+            assert np.isfinite(replay.forward(np.array([0.0])))

@@ -490,8 +490,13 @@ def _cholesky_vjp(i, g, L, A):
     return P.mul(P.add(st, transpose(st)), 0.5)
 
 
-_def("cholesky", LINALG,
-     _nan_on(lambda a: np.full(np.shape(a), np.nan), lambda a: np.linalg.cholesky(a)),
+def _cholesky_fwd(a):
+    L = np.linalg.cholesky(a)
+    # as the C kernel: an infinite pivot is a failure too
+    return L if np.isfinite(np.diagonal(L)).all() else np.full(np.shape(a), np.nan)
+
+
+_def("cholesky", LINALG, _nan_on(lambda a: np.full(np.shape(a), np.nan), _cholesky_fwd),
      vjp=_cholesky_vjp, doc="L = cholesky(A), reads A's lower triangle; not PD -> all nan")
 
 
