@@ -515,3 +515,18 @@ def test_cholesky_of_overflowing_matrices_is_nan_in_both_replays():
         for replay in (tape, rt.compile(tape)):
             assert np.isnan(replay.forward(np.array([800.0])))
             assert np.isfinite(replay.forward(np.array([0.0])))
+
+
+def test_empty_matrices_replay():
+    x = np.ones(2)
+
+    def f(x):
+        E = x[1] * np.ones((0, 0))
+        return (x[0] + np.sum(np.linalg.cholesky(E)) + np.linalg.slogdet(E)[1]
+                + np.sum(np.linalg.eigh(E)[0]) + np.sum(np.linalg.solve(E, np.ones(0)))
+                + np.sum(np.linalg.inv(E)) + np.sum(sla.solve_triangular(E, np.ones(0))))
+
+    tape = rt.GradientTape(f, x)
+    for replay in (tape, rt.compile(tape)):
+        v, g = replay.value_and_gradient(x)
+        assert v == 1.0 and g.tolist() == [1.0, 0.0]

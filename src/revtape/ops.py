@@ -567,6 +567,8 @@ def eigh_signs(V):
     """Each column's largest-magnitude entry (the first of equal ones) made
     positive: the sign convention of the EIGH kernel (LAPACK's is arbitrary)."""
     V = np.array(V, dtype=np.float64)
+    if V.size == 0:
+        return V
     m = np.argmax(np.abs(V), axis=0)
     flip = V[m, np.arange(V.shape[1])] < 0
     V[:, flip] *= -1.0
