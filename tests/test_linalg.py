@@ -577,3 +577,20 @@ def test_reverse_and_tangent_sweeps_agree(name, rng):
         g = lambda x: ops.eigh_signs(f(x))
         fd = np.stack([(g(x + h * e) - g(x - h * e)) / (2 * h) for e in np.eye(size)], axis=-1)
     np.testing.assert_allclose(J_ref, fd, rtol=1e-5, atol=1e-6 * scale)
+
+
+def test_gp_workload_gradient_and_hessian():
+    from revtape import workloads as W
+    wl = W.gp(n=20)
+    tape = rt.GradientTape(wl.f, wl.x0)
+    ct = rt.compile(tape)
+    v, g = ct.value_and_gradient(wl.x0)
+    v_ref, g_ref = wl.numpy_vg(wl.x0)
+    np.testing.assert_allclose(v, v_ref, rtol=1e-12)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-10)
+    H = ct.hessian(wl.x0)
+    np.testing.assert_allclose(H, tape.hessian(wl.x0), rtol=1e-10, atol=1e-12 * np.abs(H).max())
+    h = 1e-5
+    fd = np.stack([(wl.numpy_vg(wl.x0 + h * e)[1] - wl.numpy_vg(wl.x0 - h * e)[1]) / (2 * h)
+                   for e in np.eye(3)], axis=1)
+    np.testing.assert_allclose(H, fd, rtol=1e-6, atol=1e-8 * np.abs(H).max())
