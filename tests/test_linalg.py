@@ -594,3 +594,19 @@ def test_gp_workload_gradient_and_hessian():
     fd = np.stack([(wl.numpy_vg(wl.x0 + h * e)[1] - wl.numpy_vg(wl.x0 - h * e)[1]) / (2 * h)
                    for e in np.eye(3)], axis=1)
     np.testing.assert_allclose(H, fd, rtol=1e-6, atol=1e-8 * np.abs(H).max())
+
+
+def test_linalg_programs_pickle_and_deepcopy(rng):
+    import copy
+    import pickle
+    n = 4
+    f = lambda x: (np.linalg.slogdet(spd(x, n))[1] + np.sum(np.linalg.inv(spd(x, n)))
+                   + np.sum(np.linalg.eigh(spd(x, n))[0] ** 2)
+                   + np.sum(np.cumprod(np.linalg.cholesky(spd(x, n)), axis=0)))
+    x = rng.standard_normal(n * n) * 0.3
+    ct = rt.compile(rt.GradientTape(f, x))
+    v, g = ct.value_and_gradient(x)
+    for other in (pickle.loads(pickle.dumps(ct)), copy.deepcopy(ct)):
+        v2, g2 = other.value_and_gradient(x)
+        assert v2 == v
+        np.testing.assert_array_equal(g2, g)
