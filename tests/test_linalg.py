@@ -610,3 +610,11 @@ def test_linalg_programs_pickle_and_deepcopy(rng):
         v2, g2 = other.value_and_gradient(x)
         assert v2 == v
         np.testing.assert_array_equal(g2, g)
+
+
+def test_scipy_function_saved_before_revtape_names_the_drop_in(rng):
+    # a reference taken before revtape wrapped scipy.linalg converts with np.asarray
+    original = sla.solve_triangular.__wrapped__
+    t = rt.Tape()
+    with pytest.raises(rt.ConversionError, match="revtape.linalg"):
+        original(t.track(np.eye(2)), np.ones(2))

@@ -129,7 +129,9 @@ class Tracked:
             return box
         raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
                               "np.asarray internally cannot be traced; for logsumexp use "
-                              "revtape.special.logsumexp.)")
+                              "revtape.special.logsumexp; for scipy.linalg's solve_triangular, "
+                              "cholesky, cho_factor, cho_solve, solve, inv, det imported before "
+                              "revtape use revtape.linalg's.)")
 
     def item(self, *args):
         raise ConversionError(_NO_FLOAT.format(what="float"))
