@@ -693,13 +693,22 @@ void rt_linalg_reverse(int op, uint32_t fl, double *v, double *d, const int32_t 
             for (k = 0; k < N * M; k++)
                 d[b + k] += S[k];
         if (fl & 1)
-            for (i = 0; i < N; i++)
-                for (k = 0; k < N; k++) {
-                    if (!in_triangle(i, k, lower, unit))
-                        continue;
-                    d[a + i * N + k] -= trans ? rt_ldot(X + i * M, S + k * M, M)
-                                              : rt_ldot(S + i * M, X + k * M, M);
+            for (i = 0; i < N; i++) {
+                /* row i of L's triangle: columns [k0, k1) */
+                const int64_t k0 = lower ? 0 : (unit ? i + 1 : i);
+                const int64_t k1 = lower ? (unit ? i : i + 1) : N;
+                double *da = d + a + i * N;
+                if (M == 1) {
+                    const double u = trans ? X[i] : S[i];
+                    const double *w = trans ? S : X;
+                    for (k = k0; k < k1; k++)
+                        da[k] -= u * w[k];
+                } else {
+                    for (k = k0; k < k1; k++)
+                        da[k] -= trans ? rt_ldot(X + i * M, S + k * M, M)
+                                       : rt_ldot(S + i * M, X + k * M, M);
                 }
+            }
         break;
     }
     case RT_OP_SOLVE: {
