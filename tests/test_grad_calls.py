@@ -471,3 +471,39 @@ def test_evicted_programs_are_freed():
     assert first() is None                          # s = 0 was evicted long ago
     alive = [r for rs in refs for r in rs if r() is not None]
     assert len({id(r()) for r in alive}) == 2       # only the two cached programs remain
+
+
+def test_threads_each_with_its_own_generator_argument_match_serial_runs():
+    def f(x, rng):
+        return np.sum((x + rng.standard_normal(3)) ** 2)
+
+    g = rt.grad(f)
+    x = np.array([0.5, -1.0, 2.0])
+
+    def run(seed, n=30):
+        rng = np.random.default_rng(seed)
+        return [g(x, rng) for _ in range(n)]
+
+    def numpy_run(seed, n=30):
+        rng = np.random.default_rng(seed)
+        return [2 * (x + rng.standard_normal(3)) for _ in range(n)]
+
+    results, errors = {}, []
+
+    def worker(seed):
+        try:
+            results[seed] = run(seed)
+        except BaseException as e:        # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for seed in range(4):
+        for got, want in zip(results[seed], numpy_run(seed)):
+            np.testing.assert_allclose(got, want, rtol=1e-14)
+    info = g.cache_info()                  # compiled replays that draw, not eager re-runs
+    assert info.records == 4 and info.replays == 4 * 29 and not info.eager
