@@ -14,6 +14,7 @@ from .tape import NULL_TAPE, Tape
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
+from . import special  # rt.special: scipy.special's names, working on tracked values
 
 __version__ = "0.1.0"
 
@@ -42,5 +43,5 @@ __all__ = [
     "jacobian", "hessian", "hvp", "compile", "CompiledTape", "grad", "value_and_grad",
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
-    "BuildMismatchError", "BranchChanged", "StaleTape",
+    "BuildMismatchError", "BranchChanged", "StaleTape", "special",
 ]

@@ -186,9 +186,6 @@ class CompiledTape:
             raise ConcurrentUseError(
                 "this CompiledTape is being replayed by another thread; give each thread its "
                 "own copy (copy.deepcopy(ctape)) -- one CompiledTape serves one thread at a time")
-        if status == RT_NONFINITE:
-            raise InputError("replay input contains nan or inf; a tape replays finite inputs only "
-                             "(check the point your sampler or optimizer proposed)")
         if status == RT_BADARG:
             raise OutputError("a gradient needs a scalar output; use jacobian()")
         raise RevtapeError(f"the VM refused the call (status {status})")
@@ -391,7 +388,7 @@ class CompiledTape:
         return float(ydot[0]) if shape == () else ydot.reshape(shape)
 
     def _jvp_flat(self, x, v):
-        # the C side refuses a non-finite tangent, as it does x
+        # nan/inf tangents are values, as nan/inf inputs are
         if len(self._grad_shapes) == 1 and self._single:
             vflat = v
             if not (type(v) is _ND and v.dtype is _F64 and v.shape == self._grad_shapes[0]

@@ -196,8 +196,8 @@ _unary("sinh", np.sinh, "sinh(x)", lambda f, x: P.cosh(x), "cosh(x)")
 _unary("cosh", np.cosh, "cosh(x)", lambda f, x: P.sinh(x), "sinh(x)")
 _unary("arctan", np.arctan, "atan(x)", lambda f, x: P.reciprocal(P.add(1.0, P.square(x))),
        "1.0 / (1.0 + x * x)")
-# abs'(0) = 0 (autograd's convention): the partial is sign(x).
-_unary("abs", np.abs, "fabs(x)", lambda f, x: P.sign(x), "(double)((x > 0) - (x < 0))")
+# abs'(0) = 0 (autograd's convention): the partial is sign(x) -- nan at nan, as np.sign.
+_unary("abs", np.abs, "fabs(x)", lambda f, x: P.sign(x), "x != x ? x : (double)((x > 0) - (x < 0))")
 _unary("gammaln", sps.gammaln, "rt_gammaln(x)", lambda f, x: P.digamma(x), "rt_digamma(x)")
 _unary("digamma", sps.digamma, "rt_digamma(x)", lambda f, x: P.trigamma(x), "rt_trigamma(x)")
 _unary("trigamma", lambda x: sps.polygamma(1, x), "rt_trigamma(x)",
@@ -230,10 +230,12 @@ _binary("mul", np.multiply, "x * y", (lambda f, x, y: y, lambda f, x, y: x), ("y
 _binary("div", np.divide, "x / y",
         (lambda f, x, y: P.reciprocal(y), lambda f, x, y: P.neg(P.div(f, y))),
         ("1.0 / y", "-f / y"))
-# power: autograd's conventions -- d/dx is 0 where y == 0, d/dy is 0 where x == 0.
+# power: autograd's conventions -- d/dx is 0 where y == 0, d/dy is 0 where x == 0,
+# selected (not multiplied by a mask), so that they stay 0 when the other
+# factor is nan or inf (x**0 is 1 for every x, nan and inf included).
 _binary("pow", np.power, "pow(x, y)",
-        (lambda f, x, y: P.mul(y, P.pow(x, P.where(P.ne(y, 0.0), P.sub(y, 1.0), 1.0))),
-         lambda f, x, y: P.mul(P.log(P.where(P.eq(x, 0.0), 1.0, x)), f)),
+        (lambda f, x, y: P.where(P.eq(y, 0.0), 0.0, P.mul(y, P.pow(x, P.sub(y, 1.0)))),
+         lambda f, x, y: P.where(P.eq(x, 0.0), 0.0, P.mul(P.log(x), f))),
         ("y == 0.0 ? 0.0 : y * pow(x, y - 1.0)", "x == 0.0 ? 0.0 : log(x) * f"))
 # maximum/minimum: ties split the adjoint evenly (autograd's balanced_eq).
 _binary("maximum", np.maximum, "(x > y || x != x) ? x : y",
@@ -275,7 +277,7 @@ for _n, _f, _c in [("lt", np.less, "x < y"), ("le", np.less_equal, "x <= y"),
     _def(_n, BINARY_ND, _mask(_f), c_fwd=f"(double)({_c})", diff=False)
 
 _def("logical_not", UNARY_ND, _mask(np.logical_not), c_fwd="(double)(x == 0.0)", diff=False)
-_def("sign", UNARY_ND, _quiet(np.sign), c_fwd="(double)((x > 0) - (x < 0))", diff=False)
+_def("sign", UNARY_ND, _quiet(np.sign), c_fwd="x != x ? x : (double)((x > 0) - (x < 0))", diff=False)
 _def("floor", UNARY_ND, _quiet(np.floor), c_fwd="floor(x)", diff=False)
 _def("ceil", UNARY_ND, _quiet(np.ceil), c_fwd="ceil(x)", diff=False)
 
@@ -329,8 +331,10 @@ def _prod_vjp(i, g, ans, x, axis=None, keepdims=False):
     nonzero = P.where(zero, 1.0, x)
     p_nz = expand_reduced(P.prod(nonzero, axis=axis, keepdims=keepdims), shape, axis, keepdims)
     n_zero = expand_reduced(P.sum(zero, axis=axis, keepdims=keepdims), shape, axis, keepdims)
-    others = P.where(zero, P.mul(p_nz, P.eq(n_zero, 1.0)),
-                     P.mul(P.div(p_nz, nonzero), P.eq(n_zero, 0.0)))
+    # selects, not products with 0/1 masks: an element beside a zero gets
+    # exactly 0 even when another element is inf or nan (as the C kernel)
+    others = P.where(zero, P.where(P.eq(n_zero, 1.0), p_nz, 0.0),
+                     P.where(P.eq(n_zero, 0.0), P.div(p_nz, nonzero), 0.0))
     return P.azmul(expand_reduced(g, shape, axis, keepdims), others)
 
 
@@ -375,7 +379,7 @@ def _matmul_fwd(a, b):
     return np.matmul(a, b)[()]
 
 
-_def("matmul", MATMUL, _matmul_fwd, vjp=_matmul_vjp)
+_def("matmul", MATMUL, _quiet(_matmul_fwd), vjp=_matmul_vjp)
 
 # ---------------------------------------------------------------- structure
 # reshape and item are aliases in a compiled program (no instruction); take is
@@ -409,7 +413,7 @@ def _scatter_add_fwd(g, idx, shape):
 
 _def("take", STRUCT, _take_fwd,
      vjp=lambda i, g, ans, x, idx: P.scatter_add(g, idx=idx, shape=shape_of(x)))
-_def("scatter_add", STRUCT, _scatter_add_fwd,
+_def("scatter_add", STRUCT, _quiet(_scatter_add_fwd),
      vjp=lambda i, g, ans, x, idx, shape: P.take(g, idx=idx))
 
 

@@ -630,7 +630,7 @@ _UFUNC_OPS = {
     np.expm1: "expm1", np.sqrt: "sqrt", np.square: "square", np.reciprocal: "reciprocal",
     np.sin: "sin", np.cos: "cos", np.tan: "tan", np.tanh: "tanh", np.sinh: "sinh",
     np.cosh: "cosh", np.arctan: "arctan", np.absolute: "abs", np.fabs: "abs",
-    np.maximum: "maximum", np.minimum: "minimum", np.fmax: "maximum", np.fmin: "minimum",
+    np.maximum: "maximum", np.minimum: "minimum",
     np.logaddexp: "logaddexp", np.arctan2: "arctan2",
     np.logical_and: "logical_and", np.logical_or: "logical_or", np.logical_not: "logical_not",
     np.sign: "sign", np.floor: "floor", np.ceil: "ceil",
@@ -649,11 +649,32 @@ _UFUNC_SPECIAL = {
     np.log10: lambda x: P.mul(P.log(x), 1.0 / np.log(10.0)),
     np.exp2: lambda x: P.pow(2.0, x),
     np.cbrt: lambda x: P.mul(P.sign(x), P.pow(P.abs(x), 1.0 / 3.0)),
-    np.hypot: lambda x, y: P.sqrt(P.add(P.square(x), P.square(y))),
+    np.hypot: lambda x, y: hypot(x, y),
+    np.fmax: lambda x, y: fmax(x, y), np.fmin: lambda x, y: fmin(x, y),
     np.isnan: lambda x: np.isnan(_value_of(x)),
     np.isfinite: lambda x: np.isfinite(_value_of(x)),
     np.isinf: lambda x: np.isinf(_value_of(x)),
 }
+
+
+def fmax(x, y):
+    """np.fmax: the maximum, ignoring a nan operand (nan only where both are).
+    Selects, so the adjoint goes to the operand that was taken."""
+    return P.where(P.ne(y, y), x, P.where(P.ne(x, x), y, P.maximum(x, y)))
+
+
+def fmin(x, y):
+    return P.where(P.ne(y, y), x, P.where(P.ne(x, x), y, P.minimum(x, y)))
+
+
+def hypot(x, y):
+    """np.hypot without overflow (m * sqrt(1 + (k/m)**2), m = max(|x|, |y|),
+    k = min) and, as C99/numpy, inf when either operand is infinite, nan or not."""
+    ax, ay = P.abs(x), P.abs(y)
+    m, k = P.maximum(ax, ay), P.minimum(ax, ay)
+    safe = P.where(P.eq(m, 0.0), 1.0, m)
+    r = P.mul(m, P.sqrt(P.add(1.0, P.square(P.div(k, safe)))))
+    return P.where(P.logical_or(P.eq(ax, np.inf), P.eq(ay, np.inf)), np.inf, r)
 
 
 def _polygamma(n, x):
