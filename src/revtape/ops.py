@@ -24,9 +24,40 @@ import operator
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.special as sps
 
+from . import _specfun
 from .errors import UnsupportedError
+
+# scipy is optional.  Every row exists with or without it (the C VM, the
+# opcodes and the table hash never depend on scipy); only the numpy forward
+# of a scipy-backed row differs: scipy's own function when scipy imports,
+# else a scipy-free forward (_specfun.py) or, failing that, one that says to
+# install scipy.  To add a scipy-backed row: `_scipy("name", fallback)` as
+# its numpy forward (see gammaln below).
+try:
+    import scipy.special as sps
+except ImportError:  # pragma: no cover - exercised by the scipy-free CI job
+    sps = None
+
+
+def _scipy(name, fallback=None):
+    """scipy.special.<name> if scipy imports, else fallback, else a forward that
+    raises UnsupportedError naming scipy."""
+    if sps is not None:
+        return getattr(sps, name)
+    if fallback is not None:
+        return fallback
+
+    def needs_scipy(*args, **kwargs):
+        raise UnsupportedError(f"scipy.special.{name} needs scipy installed (pip install scipy)")
+    needs_scipy.__name__ = name
+    return needs_scipy
+
+
+def _polygamma_fwd(n):
+    if sps is not None:
+        return lambda x: sps.polygamma(n, x)
+    return lambda x: _specfun.polygamma(n, x)
 
 # Families.  The elementwise ones are generated into the C VM from their
 # expressions; the others have a hand-written kernel in csrc/vm.c (or are
@@ -198,13 +229,13 @@ _unary("arctan", np.arctan, "atan(x)", lambda f, x: P.reciprocal(P.add(1.0, P.sq
        "1.0 / (1.0 + x * x)")
 # abs'(0) = 0 (autograd's convention): the partial is sign(x) -- nan at nan, as np.sign.
 _unary("abs", np.abs, "fabs(x)", lambda f, x: P.sign(x), "x != x ? x : (double)((x > 0) - (x < 0))")
-_unary("gammaln", sps.gammaln, "rt_gammaln(x)", lambda f, x: P.digamma(x), "rt_digamma(x)")
-_unary("digamma", sps.digamma, "rt_digamma(x)", lambda f, x: P.trigamma(x), "rt_trigamma(x)")
-_unary("trigamma", lambda x: sps.polygamma(1, x), "rt_trigamma(x)",
+_unary("gammaln", _scipy("gammaln", _specfun.gammaln), "rt_gammaln(x)", lambda f, x: P.digamma(x), "rt_digamma(x)")
+_unary("digamma", _scipy("digamma", _specfun.digamma), "rt_digamma(x)", lambda f, x: P.trigamma(x), "rt_trigamma(x)")
+_unary("trigamma", _polygamma_fwd(1), "rt_trigamma(x)",
        lambda f, x: _polygamma2(x), "rt_tetragamma(x)")
-_unary("expit", sps.expit, "rt_expit(x)", lambda f, x: P.mul(f, P.sub(1.0, f)), "f * (1.0 - f)")
-_unary("log_expit", sps.log_expit, "rt_log_expit(x)", lambda f, x: P.expit(P.neg(x)), "rt_expit(-x)")
-_unary("erf", sps.erf, "erf(x)",
+_unary("expit", _scipy("expit", _specfun.expit), "rt_expit(x)", lambda f, x: P.mul(f, P.sub(1.0, f)), "f * (1.0 - f)")
+_unary("log_expit", _scipy("log_expit", _specfun.log_expit), "rt_log_expit(x)", lambda f, x: P.expit(P.neg(x)), "rt_expit(-x)")
+_unary("erf", _scipy("erf", _specfun.erf), "erf(x)",
        lambda f, x: P.mul(2.0 / math.sqrt(math.pi), P.exp(P.neg(P.square(x)))),
        "M_2_SQRTPI * exp(-x * x)")
 
@@ -213,7 +244,7 @@ def _polygamma2(x):
     if getattr(x, "_is_tracked", False):
         raise UnsupportedError("fourth derivatives of gammaln (derivatives of trigamma "
                                "inside a Hessian) are not supported")
-    return sps.polygamma(2, x)
+    return _polygamma_fwd(2)(x)
 
 
 # ---------------------------------------------------------------- elementwise, binary
@@ -249,7 +280,7 @@ _binary("minimum", np.minimum, "(x < y || x != x) ? x : y",
 _binary("logaddexp", np.logaddexp, "rt_logaddexp(x, y)",
         (lambda f, x, y: P.exp(P.sub(x, f)), lambda f, x, y: P.exp(P.sub(y, f))),
         ("exp(x - f)", "exp(y - f)"))
-_binary("xlogy", sps.xlogy, "rt_xlogy(x, y)",
+_binary("xlogy", _scipy("xlogy", _specfun.xlogy), "rt_xlogy(x, y)",
         (lambda f, x, y: P.log(y), lambda f, x, y: P.div(x, y)), ("log(y)", "x / y"))
 _binary("arctan2", np.arctan2, "atan2(x, y)",
         (lambda f, x, y: P.div(y, P.add(P.square(x), P.square(y))),
@@ -348,7 +379,7 @@ _def("sum", REDUCE, _reduce_fwd(np.sum), vjp=_sum_vjp)
 _def("max", REDUCE, _reduce_fwd(np.max), vjp=_maxmin_vjp)
 _def("min", REDUCE, _reduce_fwd(np.min), vjp=_maxmin_vjp)
 _def("prod", REDUCE, _reduce_fwd(np.prod), vjp=_prod_vjp)
-_def("logsumexp", REDUCE, _reduce_fwd(sps.logsumexp), vjp=_lse_vjp)
+_def("logsumexp", REDUCE, _reduce_fwd(_scipy("logsumexp", _specfun.logsumexp)), vjp=_lse_vjp)
 _def("all", REDUCE, _reduce_fwd(lambda x, axis, keepdims: np.all(x != 0, axis=axis, keepdims=keepdims)),
      diff=False)
 _def("any", REDUCE, _reduce_fwd(lambda x, axis, keepdims: np.any(x != 0, axis=axis, keepdims=keepdims)),
