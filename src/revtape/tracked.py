@@ -305,8 +305,8 @@ class Tracked:
     def ravel(self, order="C"): return reshape(self, (-1,), order)
     flatten = ravel
     def transpose(self, *axes): return transpose(self, axes if axes else None)
-    def dot(self, o): return dot(self, o)
-    def clip(self, a_min=None, a_max=None): return clip(self, a_min, a_max)
+    def dot(self, o, out=None): return dot(self, o, out)
+    def clip(self, min=None, max=None, out=None, **kw): return clip(self, min, max, out, **kw)
     def squeeze(self, axis=None): return squeeze(self, axis)
     def copy(self): return self
 
@@ -1068,8 +1068,8 @@ def _scipy_caller():
         mod = f.f_globals.get("__name__", "")
         if mod.startswith("scipy."):
             outer = f                      # keep the outermost: the public function
-        elif outer is not None and not mod.startswith(("numpy", "revtape")):
-            break
+        elif not mod.startswith(("numpy", "revtape")):
+            break                          # user code: whoever called scipy (or asarray)
         f = f.f_back
     if outer is None:
         return None
