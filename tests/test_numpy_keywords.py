@@ -366,3 +366,23 @@ def test_round_and_math_functions_say_what_to_use():
         y = math.log1p(x)  # noqa: F841
     with pytest.raises(rt.ConversionError, match=r"np\.\*"):
         float(x)
+
+
+def test_formatting_a_tracked_value_shows_its_value():
+    # a debugging print inside f must not raise (and records nothing)
+    tape = rt.Tape()
+    x = tape.track(2.5)
+    n = len(tape)
+    assert f"{x:.2f}" == "2.50" and f"{x * 2.0:g}" == "5"
+    a = tape.track(np.array([1.0, 2.0]))
+    assert f"{a}" == str(np.array([1.0, 2.0]))
+    assert len(tape) == n + 1           # only the multiplication
+
+
+@pytest.mark.parametrize("bad", [None, 1, "x"])
+def test_whole_function_helpers_refuse_what_is_not_a_function(bad):
+    for helper in (rt.gradient, rt.value_and_gradient, rt.jacobian, rt.hessian):
+        with pytest.raises(rt.RevtapeError, match="function"):
+            helper(bad, np.ones(2))
+    with pytest.raises(rt.RevtapeError, match="function"):
+        rt.GradientTape(bad, np.ones(2))

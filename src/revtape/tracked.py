@@ -155,6 +155,12 @@ class Tracked:
 
     __hash__ = object.__hash__
 
+    def __format__(self, spec):
+        # printing a tracked value (f"{loss:.3f}" while debugging f) shows its
+        # current value and records nothing: no gradient is lost
+        v = self.value
+        return format(v if type(v) is float else np.asarray(v), spec)
+
     # ------------------------------------------------ escapes
     def __float__(self):
         raise ConversionError(_NO_FLOAT.format(what="float") + _math_advice())
