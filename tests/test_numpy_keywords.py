@@ -128,6 +128,8 @@ def test_reductions_honour_where_and_initial(fn):
         _same_as_numpy(lambda x: fn(x, **kw), M)
     if fn in (np.max, np.min):
         _same_as_numpy(lambda x: fn(x, axis=1, initial=0.3), M)
+    if fn is not np.mean:
+        _same_as_numpy(lambda x: fn(x[1, 2], initial=0.25), M)      # a 0-d reduction
 
 
 def test_reduction_positional_arguments_keep_numpys_order():

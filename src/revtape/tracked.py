@@ -82,7 +82,7 @@ _NO_FLOAT = ("cannot turn a tracked value into a plain {what}: the gradient thro
              "ndarray -- or take rt.value(v) if you really want a constant")
 
 
-def _math_advice():
+def _math_advice(general=True):
     """When float() was called by a math.* function (math.exp(t) converts t with
     __float__), name the numpy function that keeps t tracked, read from the
     caller's source line; else the general advice."""
@@ -102,6 +102,8 @@ def _math_advice():
         if target:
             return (f". math.{name} converts its argument to a plain float; use {target}, "
                     "which records it")
+    if not general:
+        return ""
     return (". math.* functions convert to a plain float: use the np.* function of the same "
             "name (np.exp for math.exp, np.log, np.sqrt, ...), which records it")
 
@@ -166,7 +168,7 @@ class Tracked:
         raise ConversionError(_NO_FLOAT.format(what="float") + _math_advice())
 
     def __int__(self):
-        raise ConversionError(_NO_FLOAT.format(what="int") + _math_advice())
+        raise ConversionError(_NO_FLOAT.format(what="int") + _math_advice(general=False))
 
     def __round__(self, ndigits=None):
         raise ConversionError(
@@ -185,8 +187,8 @@ class Tracked:
 
     def __trunc__(self):
         raise ConversionError("math.trunc() of a tracked value would drop its gradient; use "
-                              "np.trunc-like np.where(v < 0, np.ceil(v), np.floor(v)) or "
-                              "rt.value(v)")
+                              "np.where(v < 0, np.ceil(v), np.floor(v)) (recorded, with zero "
+                              "gradient) or rt.value(v)")
 
     __index__ = __int__
 
@@ -560,7 +562,7 @@ def reduce(name, x, axis=None, keepdims=False, dtype=None, out=None, initial=_NO
             _refuse(fname, "initial")
         if istracked(initial):
             _refuse(fname, "initial", "add the tracked value to the result instead")
-        if not shape_of(_value_of(x)) or (ax is not None and not ax) or 0 in shape:
+        if 0 in shape:
             _refuse(fname, "initial", "reduce a non-empty array")
         r = getattr(P, name)(x, axis=ax, keepdims=bool(keepdims))
         return getattr(P, _COMBINE_INITIAL[name])(r, float(initial))
