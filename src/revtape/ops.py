@@ -326,8 +326,10 @@ _def("where", WHERE, _quiet(lambda c, x, y: np.where(np.asarray(c) != 0, x, y)[(
 
 
 def _clip_vjp(i, g, ans, x, lo, hi):
-    # Zero at the bounds, like autograd.
-    return P.azmul(g, P.logical_and(P.ne(ans, lo), P.ne(ans, hi)))
+    # Zero at the bounds, like autograd -- selected, not multiplied by a 0/1
+    # mask, so that an infinite adjoint gives exactly 0 at a bound (as the C
+    # kernel does), not inf * 0 = nan.
+    return P.where(P.logical_and(P.ne(ans, lo), P.ne(ans, hi)), g, 0.0)
 
 
 _def("clip", CLIP, _quiet(lambda x, lo, hi: np.clip(x, lo, hi)[()]), vjp=_clip_vjp,
@@ -348,11 +350,16 @@ def _sum_vjp(i, g, ans, x, axis=None, keepdims=False):
 
 
 def _maxmin_vjp(i, g, ans, x, axis=None, keepdims=False):
-    # Ties split the adjoint evenly among the maximal elements.
+    # Ties split the adjoint evenly among the maximal elements, g * (1/count);
+    # the other elements are not selected and get exactly 0 (not g * 0, which
+    # is nan for an infinite g), as in the C kernel.  A nan result matches no
+    # element (count 0): every element gets nan.
     shape = shape_of(x)
     hit = P.eq(x, expand_reduced(ans, shape, axis, keepdims))
     count = expand_reduced(P.sum(hit, axis=axis, keepdims=keepdims), shape, axis, keepdims)
-    return P.azmul(expand_reduced(g, shape, axis, keepdims), P.div(hit, count))
+    gx = expand_reduced(g, shape, axis, keepdims)
+    return P.where(hit, P.azmul(gx, P.div(1.0, count)),
+                   P.where(P.eq(count, 0.0), P.azmul(gx, np.nan), 0.0))
 
 
 def _prod_vjp(i, g, ans, x, axis=None, keepdims=False):

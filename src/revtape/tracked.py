@@ -914,7 +914,46 @@ def _np_full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, 
                         shape=shape, **kw)
 
 
+# The nan-ignoring reductions.  nan is a value at replay time, so the mask of
+# nan elements is computed on every replay (x != x), never frozen at recording.
+def _isnan_mask(a):
+    return P.ne(a, a)
+
+
+def _np_nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOVALUE,
+               where=True):
+    return _np_sum(P.where(_isnan_mask(a), 0.0, a), axis, dtype, out, keepdims, initial, where)
+
+
+def _np_nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOVALUE,
+                where=True):
+    return _np_prod(P.where(_isnan_mask(a), 1.0, a), axis, dtype, out, keepdims, initial, where)
+
+
+def _np_nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    _check_common("np.nanmean", out, dtype)
+    if where is not True and where is not _NOVALUE:
+        _refuse("np.nanmean", "where")
+    ok = P.eq(a, a)
+    return P.div(reduce("sum", P.where(ok, a, 0.0), axis, keepdims),
+                 reduce("sum", ok, axis, keepdims))      # all-nan slice: 0/0 = nan, as numpy
+
+
+def _nan_extreme(name, fill):
+    def f(a, axis=None, out=None, keepdims=False, initial=_NOVALUE, where=True):
+        nan = _isnan_mask(a)
+        r = reduce(name, P.where(nan, fill, a), axis, keepdims, None, out, initial, where)
+        if _given(initial) or (where is not True and where is not _NOVALUE):
+            return r
+        # an all-nan slice is nan, as numpy (which also warns)
+        return P.where(reduce("all", nan, axis, keepdims), np.nan, r)
+    f.__name__ = f"nan{name}"
+    return f
+
+
 HANDLED_FUNCTIONS = {
+    np.nansum: _np_nansum, np.nanprod: _np_nanprod, np.nanmean: _np_nanmean,
+    np.nanmax: _nan_extreme("max", -np.inf), np.nanmin: _nan_extreme("min", np.inf),
     np.sum: _np_sum, np.prod: _np_prod, np.max: _np_max, np.min: _np_min,
     np.all: _np_all, np.any: _np_any,
     np.mean: mean, np.var: var, np.std: std,
