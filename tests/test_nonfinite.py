@@ -14,6 +14,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import revtape as rt
 
@@ -237,6 +239,7 @@ def test_non_finite_data_arguments_and_tuple_inputs():
     assert same(grad(np.ones(2), np.array([np.nan, 1.0])), [np.nan, 1.0])
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")     # scipy's own, with numpy too
 def test_trust_krylov_converges_with_compiled_gradient_and_hvp():
     # scipy's trust-krylov calls hessp with nan vectors near convergence; with
     # replays refusing them it died, with numpy it converges to ~1e-9.
@@ -300,3 +303,31 @@ def test_selections_route_an_infinite_adjoint_without_multiplying_it_by_zero():
         assert same(rt.gradient(f, x), g_c)
     g = rt.compile(rt.GradientTape(cases[0][0], np.ones(3))).gradient(np.array(cases[0][1]))
     assert same(g, [2.5, 0.0, np.inf])
+
+
+def _composite_functions():
+    from test_compiled import FNS          # the compiled-vs-reference workloads
+    return FNS
+
+
+@pytest.mark.parametrize("name", sorted(_composite_functions()))
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_composite_programs_agree_at_points_holding_nan_and_inf(name, data):
+    f, n = _composite_functions()[name]
+    x0 = np.linspace(-0.6, 0.7, n)
+    tape = rt.GradientTape(f, x0)
+    ctape = rt.compile(tape)
+    elem = st.one_of(st.sampled_from([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e300, -1e-300]),
+                     st.floats(-3, 3))
+    x = np.array(data.draw(st.lists(elem, min_size=n, max_size=n)))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            v_ref, g_ref = tape.value_and_gradient(x)
+    except rt.BranchChanged:
+        with pytest.raises(rt.BranchChanged):
+            ctape.value_and_gradient(x)
+        return
+    v_c, g_c = ctape.value_and_gradient(x)
+    assert same(v_c, v_ref) and same(g_c, g_ref), (x, v_ref, v_c, g_ref, g_c)
