@@ -15,6 +15,7 @@ from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
 from . import special  # rt.special: scipy.special's names, working on tracked values
+from .primitives import defjvp, defvjp, primitive, stop_gradient
 
 __version__ = "0.1.0"
 
@@ -44,4 +45,5 @@ __all__ = [
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
     "BuildMismatchError", "BranchChanged", "StaleTape", "special",
+    "primitive", "defvjp", "defjvp", "stop_gradient",
 ]
