@@ -331,3 +331,16 @@ def test_composite_programs_agree_at_points_holding_nan_and_inf(name, data):
         return
     v_c, g_c = ctape.value_and_gradient(x)
     assert same(v_c, v_ref) and same(g_c, g_ref), (x, v_ref, v_c, g_ref, g_c)
+
+
+def test_batched_replay_gives_each_non_finite_row_its_single_replay():
+    f = lambda x: np.sum(x ** 2) + np.log(x[1]) + x[0] * x[2]
+    x0 = np.array([1.0, 2.0, 3.0])
+    ct = rt.compile(rt.GradientTape(f, x0))
+    X = np.array([[np.inf, 1.0, 0.0], [np.nan, 0.0, 1.0], [1.0, -1.0, 2.0], [1.0, 0.0, -np.inf],
+                  [0.5, 2.0, 1.0]] * 5)         # 25 rows: wide and row-loop forms alike
+    vals, grads = ct.batch_value_and_gradient(X)
+    for k, x in enumerate(X):
+        v, g = ct.value_and_gradient(x)
+        assert same(vals[k], v) and same(grads[k], g), (x, vals[k], v, grads[k], g)
+    assert same(ct.batch_forward(X), vals)
