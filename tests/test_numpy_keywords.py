@@ -388,3 +388,9 @@ def test_whole_function_helpers_refuse_what_is_not_a_function(bad):
             helper(bad, np.ones(2))
     with pytest.raises(rt.RevtapeError, match="function"):
         rt.GradientTape(bad, np.ones(2))
+
+
+def test_scipy_stats_methods_are_named_by_distribution():
+    stats = pytest.importorskip("scipy.stats")
+    with pytest.raises(rt.ConversionError, match=r"scipy\.stats\.norm\.logpdf"):
+        rt.gradient(lambda x: np.sum(stats.norm.logpdf(x)), np.ones(2))

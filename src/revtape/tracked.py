@@ -208,7 +208,7 @@ class Tracked:
                 f"{public} converts its input with np.asarray, so it cannot trace a tracked "
                 "value (revtape does not patch scipy). " + (
                     f"Use {ours}, revtape's version, which works on tracked and plain values."
-                    if ours else "Express it with numpy functions or rt.special."))
+                    if ours else "Express it with numpy functions, rt.special or rt.stats."))
         raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
                               "np.asarray internally cannot be traced; for scipy.special's "
                               "logsumexp and polygamma use rt.special.logsumexp/polygamma.)")
@@ -1126,4 +1126,12 @@ def _scipy_caller():
     from . import special
     ours = f"rt.special.{name}" if (package == "scipy.special"
                                     and callable(getattr(special, name, None))) else None
+    if package == "scipy.stats":
+        # a distribution method (norm.logpdf): its instance names the distribution
+        dist = getattr(outer.f_locals.get("self"), "name", None)
+        if dist:
+            public = f"scipy.stats.{dist}.{name}"
+            rt_stats = sys.modules.get("revtape.stats")
+            if callable(getattr(getattr(rt_stats, dist, None), name, None)):
+                ours = f"rt.stats.{dist}.{name}"
     return public, ours
