@@ -229,13 +229,18 @@ _unary("cosh", np.cosh, "cosh(x)", lambda f, x: P.sinh(x), "sinh(x)")
 _unary("arctan", np.arctan, "atan(x)", lambda f, x: P.reciprocal(P.add(1.0, P.square(x))),
        "1.0 / (1.0 + x * x)")
 # abs'(0) = 0 (autograd's convention): the partial is sign(x) -- nan at nan, as np.sign.
-_unary("abs", np.abs, "fabs(x)", lambda f, x: P.sign(x), "x != x ? x : (double)((x > 0) - (x < 0))")
-_unary("gammaln", _scipy("gammaln", _specfun.gammaln), "rt_gammaln(x)", lambda f, x: P.digamma(x), "rt_digamma(x)")
-_unary("digamma", _scipy("digamma", _specfun.digamma), "rt_digamma(x)", lambda f, x: P.trigamma(x), "rt_trigamma(x)")
+_unary("abs", np.abs, "fabs(x)", lambda f, x: P.sign(x),
+       "x != x ? x : (double)((x > 0) - (x < 0))")
+_unary("gammaln", _scipy("gammaln", _specfun.gammaln), "rt_gammaln(x)",
+       lambda f, x: P.digamma(x), "rt_digamma(x)")
+_unary("digamma", _scipy("digamma", _specfun.digamma), "rt_digamma(x)",
+       lambda f, x: P.trigamma(x), "rt_trigamma(x)")
 _unary("trigamma", _polygamma_fwd(1), "rt_trigamma(x)",
        lambda f, x: _polygamma2(x), "rt_tetragamma(x)")
-_unary("expit", _scipy("expit", _specfun.expit), "rt_expit(x)", lambda f, x: P.mul(f, P.sub(1.0, f)), "f * (1.0 - f)")
-_unary("log_expit", _scipy("log_expit", _specfun.log_expit), "rt_log_expit(x)", lambda f, x: P.expit(P.neg(x)), "rt_expit(-x)")
+_unary("expit", _scipy("expit", _specfun.expit), "rt_expit(x)",
+       lambda f, x: P.mul(f, P.sub(1.0, f)), "f * (1.0 - f)")
+_unary("log_expit", _scipy("log_expit", _specfun.log_expit), "rt_log_expit(x)",
+       lambda f, x: P.expit(P.neg(x)), "rt_expit(-x)")
 _unary("erf", _scipy("erf", _specfun.erf), "erf(x)",
        lambda f, x: P.mul(2.0 / math.sqrt(math.pi), P.exp(P.neg(P.square(x)))),
        "M_2_SQRTPI * exp(-x * x)")
@@ -309,7 +314,8 @@ for _n, _f, _c in [("lt", np.less, "x < y"), ("le", np.less_equal, "x <= y"),
     _def(_n, BINARY_ND, _mask(_f), c_fwd=f"(double)({_c})", diff=False)
 
 _def("logical_not", UNARY_ND, _mask(np.logical_not), c_fwd="(double)(x == 0.0)", diff=False)
-_def("sign", UNARY_ND, _quiet(np.sign), c_fwd="x != x ? x : (double)((x > 0) - (x < 0))", diff=False)
+_def("sign", UNARY_ND, _quiet(np.sign), c_fwd="x != x ? x : (double)((x > 0) - (x < 0))",
+     diff=False)
 _def("floor", UNARY_ND, _quiet(np.floor), c_fwd="floor(x)", diff=False)
 _def("ceil", UNARY_ND, _quiet(np.ceil), c_fwd="ceil(x)", diff=False)
 # rt.stop_gradient (JAX): the value passes through, no derivative flows back
@@ -391,7 +397,8 @@ _def("sum", REDUCE, _reduce_fwd(np.sum), vjp=_sum_vjp)
 _def("max", REDUCE, _reduce_fwd(np.max), vjp=_maxmin_vjp)
 _def("min", REDUCE, _reduce_fwd(np.min), vjp=_maxmin_vjp)
 _def("prod", REDUCE, _reduce_fwd(np.prod), vjp=_prod_vjp)
-_def("logsumexp", REDUCE, _reduce_fwd(_scipy("logsumexp", _specfun.logsumexp)), vjp=_lse_vjp)
+_def("logsumexp", REDUCE, _reduce_fwd(_scipy("logsumexp", _specfun.logsumexp)),
+     vjp=_lse_vjp)
 _def("all", REDUCE, _reduce_fwd(lambda x, axis, keepdims: np.all(x != 0, axis=axis, keepdims=keepdims)),
      diff=False)
 _def("any", REDUCE, _reduce_fwd(lambda x, axis, keepdims: np.any(x != 0, axis=axis, keepdims=keepdims)),
