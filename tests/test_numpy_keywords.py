@@ -231,9 +231,9 @@ def test_hypot_does_not_overflow_and_is_inf_at_inf():
 # ---------------------------------------------------------------- names and errors
 
 @pytest.mark.parametrize("call, name", [
-    (lambda x: np.linalg.solve(x, np.ones(2)), "np.linalg.solve"),
-    (lambda x: np.linalg.eigh(x), "np.linalg.eigh"),
-    (lambda x: np.cumprod(x), "np.cumprod"),
+    (lambda x: np.linalg.svd(x)[1], "np.linalg.svd"),
+    (lambda x: np.linalg.pinv(x), "np.linalg.pinv"),
+    (lambda x: np.median(x), "np.median"),
     (lambda x: np.arcsinh(x), "np.arcsinh"),
     (lambda x: np.add.accumulate(x), "np.add.accumulate"),
     (lambda x: np.fft.fft(x), "np.fft.fft"),

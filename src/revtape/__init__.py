@@ -11,7 +11,9 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Conv
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
 from .tape import NULL_TAPE, Tape
+from .watch import RandomDrawWarning
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
+from . import linalg, structure
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
 from . import special  # rt.special: scipy.special's names, working on tracked values
@@ -44,6 +46,6 @@ __all__ = [
     "jacobian", "hessian", "hvp", "compile", "CompiledTape", "grad", "value_and_grad",
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
-    "BuildMismatchError", "BranchChanged", "StaleTape", "special",
+    "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning", "special",
     "primitive", "defvjp", "defjvp", "stop_gradient",
 ]

@@ -206,12 +206,15 @@ class Tracked:
             public, ours = caller
             raise ConversionError(
                 f"{public} converts its input with np.asarray, so it cannot trace a tracked "
-                "value (revtape does not patch scipy). " + (
+                "value" + (" (revtape does not patch scipy.special). "
+                           if public.startswith("scipy.special.") else ". ") + (
                     f"Use {ours}, revtape's version, which works on tracked and plain values."
                     if ours else "Express it with numpy functions, rt.special or rt.stats."))
         raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
                               "np.asarray internally cannot be traced; for scipy.special's "
-                              "logsumexp and polygamma use rt.special.logsumexp/polygamma.)")
+                              "logsumexp and polygamma use rt.special.logsumexp/polygamma; for "
+                              "scipy.linalg's solve_triangular, cholesky, cho_factor, cho_solve, "
+                              "solve, inv, det imported before revtape use revtape.linalg's.)")
 
     def item(self, *args):
         raise ConversionError(_NO_FLOAT.format(what="float"))
@@ -317,6 +320,27 @@ class Tracked:
     def clip(self, min=None, max=None, out=None, **kw): return clip(self, min, max, out, **kw)
     def squeeze(self, axis=None): return squeeze(self, axis)
     def copy(self): return self
+    # numpy-name methods whose handlers live in linalg.py / structure.py
+    def cumsum(self, axis=None, dtype=None, out=None):
+        return np.cumsum(self, axis=axis, dtype=dtype, out=out)
+
+    def cumprod(self, axis=None, dtype=None, out=None):
+        return np.cumprod(self, axis=axis, dtype=dtype, out=out)
+
+    def argmax(self, axis=None, out=None, keepdims=False):
+        return np.argmax(self, axis=axis, out=out, keepdims=keepdims)
+
+    def argmin(self, axis=None, out=None, keepdims=False):
+        return np.argmin(self, axis=axis, out=out, keepdims=keepdims)
+
+    def argsort(self, axis=-1, kind=None, order=None):
+        return np.argsort(self, axis=axis, kind=kind, order=order)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return np.diagonal(self, offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+        return np.trace(self, offset, axis1, axis2, dtype, out)
 
     def astype(self, dtype, copy=True):
         if np.dtype(dtype) != np.float64:
@@ -1106,26 +1130,51 @@ def array_ufunc(ufunc, method, inputs, kwargs):
 # own function of the same name -- when there is one.
 
 def _scipy_caller():
-    """(public scipy name, rt.special name or None) of the scipy function that is
-    converting a tracked value with np.asarray, or None when it is not scipy."""
+    """(public scipy name, revtape's replacement or None) of the scipy function
+    that is converting a tracked value with np.asarray, or None when it is not
+    scipy."""
     import sys
     f = sys._getframe(2)
-    outer = None
+    frames = []
     while f is not None:
         mod = f.f_globals.get("__name__", "")
         if mod.startswith("scipy."):
-            outer = f                      # keep the outermost: the public function
+            frames.append(f)
         elif not mod.startswith(("numpy", "revtape")):
             break                          # user code: whoever called scipy (or asarray)
         f = f.f_back
-    if outer is None:
+    if not frames:
         return None
+    # the outermost frame that is a public function of its scipy package (not
+    # a decorator's wrapper in scipy._lib), else the outermost scipy frame
+    outer = frames[-1]
     name = outer.f_code.co_name
     package = ".".join(outer.f_globals["__name__"].split(".")[:2])   # e.g. scipy.special
     public = f"{package}.{getattr(outer.f_code, 'co_qualname', name)}"
+    for fr in reversed(frames):
+        pkg = ".".join(fr.f_globals["__name__"].split(".")[:2])
+        if callable(getattr(sys.modules.get(pkg), fr.f_code.co_name, None)):
+            outer, name, package = fr, fr.f_code.co_name, pkg
+            public = f"{package}.{getattr(fr.f_code, 'co_qualname', name)}"
+            break
+    else:
+        # a decorator's wrapper (scipy._lib) converting before it calls the
+        # function it wraps: name that function
+        for v in list(outer.f_locals.values()):
+            mod = getattr(v, "__module__", None) or ""
+            fname = getattr(v, "__name__", "")
+            pkg = ".".join(mod.split(".")[:2])
+            if (callable(v) and mod.startswith("scipy.")
+                    and getattr(sys.modules.get(pkg), fname, None) is not None):
+                name, package, public = fname, pkg, f"{pkg}.{fname}"
+                break
     from . import special
     ours = f"rt.special.{name}" if (package == "scipy.special"
                                     and callable(getattr(special, name, None))) else None
+    if package == "scipy.linalg" and name in getattr(sys.modules.get("revtape.linalg"),
+                                                     "_SCIPY", ()):
+        public = f"scipy.linalg.{name}"
+        ours = f"revtape.linalg's {name} (scipy.linalg.{name} looked up after importing revtape)"
     if package == "scipy.stats":
         # a distribution method (norm.logpdf): its instance names the distribution
         dist = getattr(outer.f_locals.get("self"), "name", None)
