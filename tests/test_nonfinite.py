@@ -22,7 +22,7 @@ import revtape as rt
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5, -2.5]
 
 
-def same(a, b):
+def same(a, b, atol=1e-300):
     """Equal as numpy results: same nan positions, same infinities, finite to 1e-12."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or not np.array_equal(np.isnan(a), np.isnan(b)):
@@ -30,7 +30,7 @@ def same(a, b):
     if not np.array_equal(np.where(np.isinf(a), a, 0.0), np.where(np.isinf(b), b, 0.0)):
         return False
     fin = np.isfinite(a) & np.isfinite(b)
-    return np.allclose(a[fin], b[fin], rtol=1e-12, atol=1e-300)
+    return np.allclose(a[fin], b[fin], rtol=1e-12, atol=atol)
 
 
 UNARY = {
@@ -330,7 +330,10 @@ def test_composite_programs_agree_at_points_holding_nan_and_inf(name, data):
             ctape.value_and_gradient(x)
         return
     v_c, g_c = ctape.value_and_gradient(x)
-    assert same(v_c, v_ref) and same(g_c, g_ref), (x, v_ref, v_c, g_ref, g_c)
+    # adjoint sums may add in another order: a cancellation to ~0 (1 + 1e-150 - 1)
+    # then differs in absolute terms of the size of the inputs' rounding
+    assert same(v_c, v_ref, atol=1e-12) and same(g_c, g_ref, atol=1e-12), (
+        x, v_ref, v_c, g_ref, g_c)
 
 
 def test_batched_replay_gives_each_non_finite_row_its_single_replay():
