@@ -42,3 +42,14 @@ def test_trust_krylov_with_compiled_hvp_solves_rosenbrock():
     assert res.success, res.message
     np.testing.assert_allclose(res.x, np.ones(20), atol=1e-6)
     assert res.fun < 1e-10
+
+
+def test_emcee_vectorized_walkers_find_the_known_mean():
+    pytest.importorskip("emcee", reason="emcee is in the examples extra")
+    ex = load("emcee_vectorized")
+    draws, mean, cov = ex.sample(d=3, walkers=24, steps=3000, seed=2)
+    # Monte Carlo error of the mean: sd / sqrt(effective draws); emcee's
+    # autocorrelation is tens of steps, so 20x inflation of the naive error is generous
+    se = np.sqrt(np.diag(cov) / len(draws)) * 20
+    assert np.all(np.abs(draws.mean(axis=0) - mean) < 4 * se)
+    np.testing.assert_allclose(np.cov(draws.T), cov, rtol=0.25, atol=0.1)
