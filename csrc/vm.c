@@ -28,6 +28,7 @@
 #include "vm.h"
 #include "ops_generated.h"
 #include "specfun.h"
+#include "kernels.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390   /* 2 / sqrt(pi), used by ERF */
@@ -260,10 +261,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FX;                                                        \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = v[a + i];                                        \
-            v[o + i] = FX;                                                    \
-        }                                                                     \
+        rt_kf_##NAME(n, v, o, a);           /* arrays: kernels.c */        \
         VM_NEXT;                                                              \
     }
 
@@ -275,10 +273,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FXY;                                                       \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = v[a + i], y = v[b + i];                          \
-            v[o + i] = FXY;                                                   \
-        }                                                                     \
+        rt_kf_##NAME##_VV(n, v, o, a, b);                                 \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_VS) {                                                      \
@@ -288,10 +283,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FXY;                                                       \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = v[a + i];                                        \
-            v[o + i] = FXY;                                                   \
-        }                                                                     \
+        rt_kf_##NAME##_VS(n, v, o, a, b);                                 \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_SV) {                                                      \
@@ -301,10 +293,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FXY;                                                       \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double y = v[b + i];                                        \
-            v[o + i] = FXY;                                                   \
-        }                                                                     \
+        rt_kf_##NAME##_SV(n, v, o, a, b);                                 \
         VM_NEXT;                                                              \
     }
 
@@ -521,15 +510,7 @@ vm_next:
             }                                                                 \
             VM_NEXT;                                                          \
         }                                                                     \
-        if (fl & 1)                                                           \
-            for (i = 0; i < n; i++) {                                         \
-                const double g = d[o + i];                                    \
-                if (g != 0.0) {                                               \
-                    const double x = v[a + i], f = v[o + i];                  \
-                    (void)x; (void)f;                                         \
-                    d[a + i] += g * (DX);                                     \
-                }                                                             \
-            }                                                                 \
+        rt_kr_##NAME(fl, n, d, v, o, a);    /* arrays: kernels.c */        \
         VM_NEXT;                                                              \
     }
 
@@ -547,15 +528,7 @@ vm_next:
             }                                                                 \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = d[o + i];                                        \
-            if (g != 0.0) {                                                   \
-                const double x = v[a + i], y = v[b + i], f = v[o + i];        \
-                (void)x; (void)y; (void)f;                                    \
-                if (fl & 1) d[a + i] += g * (DX);                             \
-                if (fl & 2) d[b + i] += g * (DY);                             \
-            }                                                                 \
-        }                                                                     \
+        rt_kr_##NAME##_VV(fl, n, d, v, o, a, b);                             \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_VS) {                                                      \
@@ -573,16 +546,7 @@ vm_next:
             if (fl & 2) d[b] += sy;                                           \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = d[o + i];                                        \
-            if (g != 0.0) {                                                   \
-                const double x = v[a + i], f = v[o + i];                      \
-                (void)x; (void)f;                                             \
-                if (fl & 1) d[a + i] += g * (DX);                             \
-                if (fl & 2) sy += g * (DY);                                   \
-            }                                                                 \
-        }                                                                     \
-        if (fl & 2) d[b] += sy;                                               \
+        rt_kr_##NAME##_VS(fl, n, d, v, o, a, b);                             \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_SV) {                                                      \
@@ -600,16 +564,7 @@ vm_next:
             if (fl & 1) d[a] += sx;                                           \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = d[o + i];                                        \
-            if (g != 0.0) {                                                   \
-                const double y = v[b + i], f = v[o + i];                      \
-                (void)y; (void)f;                                             \
-                if (fl & 1) sx += g * (DX);                                   \
-                if (fl & 2) d[b + i] += g * (DY);                             \
-            }                                                                 \
-        }                                                                     \
-        if (fl & 1) d[a] += sx;                                               \
+        rt_kr_##NAME##_SV(fl, n, d, v, o, a, b);                             \
         VM_NEXT;                                                              \
     }
 
@@ -764,8 +719,7 @@ vm_next:
                     const double g = d[o + s];
                     double *dx = d + a + s * b;
                     if (g != 0.0)
-                        for (i = 0; i < b; i++)
-                            dx[i] += g;
+                        rt_k_add_scalar(b, dx, g);
                 }
             VM_NEXT;
         }
@@ -1416,6 +1370,12 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
     if (lc >= 0 && !rt_vregion(vc, "operand c", c, lc, 0))
         return 0;
     if (lo >= 0 && !rt_vregion(vc, "output", o, lo, 1))
+        return 0;
+    /* No kernel writes over what it reads: the array kernels (kernels.c)
+     * qualify their pointers restrict on this guarantee. */
+    if (lo >= 0 && ((la >= 0 && !rt_voverlap(vc, "operand a", o, lo, a, la))
+                    || (lb >= 0 && !rt_voverlap(vc, "operand b", o, lo, b, lb))
+                    || (lc >= 0 && !rt_voverlap(vc, "operand c", o, lo, c, lc))))
         return 0;
     return 1;
 }

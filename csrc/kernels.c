@@ -1,0 +1,217 @@
+/* The VM's array kernels: the n > 1 elementwise loops of the forward and
+ * reverse sweeps, generated from the X-macro tables of ops_generated.h (the
+ * scalar n == 1 paths stay inline in vm.c's dispatch).
+ *
+ * Why a translation unit of their own: these loops want the vectoriser
+ * (-O3's cost model vectorises a loop of unknown length, -O2's does not),
+ * while -O3 on the whole VM slows the dispatch of scalar code.  So this
+ * file alone is optimised for O3 (the pragma below) and the sweeps call in
+ * for arrays only, one call per instruction.
+ *
+ * Why `restrict` is sound: the verifier refuses an instruction whose output
+ * region overlaps an operand region (vm.c, rt_verify_instr), so the written
+ * arrays (v + o forward, d + a / d + b reverse) never alias what a loop reads
+ * (v + a, v + b, v + o, d + o).  Two operand adjoints may alias each other
+ * (x * x, x[1:] - x[:-1]): then they are updated in two passes, ordered so
+ * that every slot receives its contributions in the order the one-loop
+ * version adds them (bit for bit).
+ *
+ * The zero-adjoint rule (CppAD's azmul: an exactly-zero adjoint contributes
+ * nothing, even through an inf/nan partial) is branch-free: the loop adds
+ * `g != 0 ? g * partial : -0.0`, and adding -0.0 leaves every double, -0.0
+ * included, unchanged -- the same bits as skipping the element.
+ *
+ * Sums into a scalar operand's adjoint (the _VS / _SV reverse) stay strict
+ * left-to-right loops: the compiler may not reassociate them (no
+ * -ffast-math), which keeps them bit-identical to the reference replay.
+ */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE 1   /* M_2_SQRTPI */
+#endif
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "specfun.h"
+
+#ifndef M_2_SQRTPI
+#define M_2_SQRTPI 1.12837916709551257390
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* fp-contract=off: a fused multiply-add would round differently from the
+ * scalar code and the reference replay.  no-trapping-math: lets the
+ * vectoriser compute g * partial for every element and select (it changes
+ * no value: it only stops gcc from keeping the multiply behind the g != 0
+ * branch in case it raises a floating-point trap, which nothing enables). */
+#pragma GCC optimize("O3", "fp-contract=off", "no-trapping-math")
+#endif
+
+/* g * partial, or -0.0 (the additive identity) for an exactly-zero g */
+#define RT_AZ(g, D) ((g) != 0.0 ? (g) * (D) : -0.0)
+
+/* ------------------------------------------------------------------ unary */
+
+#define KF_UNARY_(NAME, FX)                                                   \
+    static void rt_kfp_##NAME(int64_t n, double *restrict out,                \
+                              const double *restrict xa)                      \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double x = xa[i];                                           \
+            out[i] = FX;                                                      \
+        }                                                                     \
+    }                                                                         \
+    void rt_kf_##NAME(int64_t n, double *v, int64_t o, int64_t a)             \
+    {                                                                         \
+        rt_kfp_##NAME(n, v + o, v + a);                                       \
+    }
+
+#define KR_UNARY_(NAME, DX)                                                   \
+    static void rt_krp_##NAME(int64_t n, double *restrict da,                 \
+                              const double *restrict go,                      \
+                              const double *restrict xa,                      \
+                              const double *restrict fo)                      \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double g = go[i], x = xa[i], f = fo[i];                     \
+            (void)x; (void)f;                                                 \
+            da[i] += RT_AZ(g, DX);                                            \
+        }                                                                     \
+    }                                                                         \
+    void rt_kr_##NAME(uint32_t fl, int64_t n, double *d, const double *v,     \
+                      int64_t o, int64_t a)                                   \
+    {                                                                         \
+        if (fl & 1)                                                           \
+            rt_krp_##NAME(n, d + a, d + o, v + a, v + o);                     \
+    }
+
+#define K_UNARY(NAME, FX, DX) KF_UNARY_(NAME, FX) KR_UNARY_(NAME, DX)
+#define K_UNARY_ND(NAME, FX) KF_UNARY_(NAME, FX)
+
+RT_UNARY(K_UNARY)
+RT_UNARY_ND(K_UNARY_ND)
+
+/* ------------------------------------------------------------------ binary */
+
+/* X, Y: the operands' i-th element (xa[0] / yb[0] for a scalar operand:
+ * nothing in the loop writes it, so it is loaded once). */
+#define KF_BINARY_(NAME, V, X, Y, FXY)                                        \
+    static void rt_kfp_##NAME##_##V(int64_t n, double *restrict out,          \
+                                    const double *restrict xa,                \
+                                    const double *restrict yb)                \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double x = (X), y = (Y);                                    \
+            out[i] = FXY;                                                     \
+        }                                                                     \
+    }                                                                         \
+    void rt_kf_##NAME##_##V(int64_t n, double *v, int64_t o, int64_t a, int64_t b) \
+    {                                                                         \
+        rt_kfp_##NAME##_##V(n, v + o, v + a, v + b);                          \
+    }
+
+/* One pass adding g * D into dd[i]; X and Y as above. */
+#define KR_PASS_(FN, X, Y, D)                                                 \
+    static void FN(int64_t n, double *restrict dd, const double *restrict go, \
+                   const double *restrict xa, const double *restrict yb,      \
+                   const double *restrict fo)                                 \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double g = go[i], x = (X), y = (Y), f = fo[i];              \
+            (void)x; (void)y; (void)f;                                        \
+            dd[i] += RT_AZ(g, D);                                             \
+        }                                                                     \
+    }
+
+/* The strict left-to-right sum of g * D (the scalar operand's adjoint). */
+#define KR_SUM_(FN, X, Y, D)                                                  \
+    static double FN(int64_t n, const double *go, const double *xa,          \
+                     const double *yb, const double *fo)                      \
+    {                                                                         \
+        int64_t i;                                                            \
+        double s = 0.0;                                                       \
+        for (i = 0; i < n; i++) {                                             \
+            const double g = go[i], x = (X), y = (Y), f = fo[i];              \
+            (void)x; (void)y; (void)f;                                        \
+            s += RT_AZ(g, D);                                                 \
+        }                                                                     \
+        return s;                                                             \
+    }
+
+#define KR_BINARY_(NAME, DX, DY)                                              \
+    KR_PASS_(rt_krp_##NAME##_VV_a, xa[i], yb[i], DX)                          \
+    KR_PASS_(rt_krp_##NAME##_VV_b, xa[i], yb[i], DY)                          \
+    static void rt_krp_##NAME##_VV_ab(int64_t n, double *restrict da,         \
+                                      double *restrict db,                    \
+                                      const double *restrict go,              \
+                                      const double *restrict xa,              \
+                                      const double *restrict yb,              \
+                                      const double *restrict fo)              \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double g = go[i], x = xa[i], y = yb[i], f = fo[i];          \
+            (void)x; (void)y; (void)f;                                        \
+            da[i] += RT_AZ(g, DX);                                            \
+            db[i] += RT_AZ(g, DY);                                            \
+        }                                                                     \
+    }                                                                         \
+    void rt_kr_##NAME##_VV(uint32_t fl, int64_t n, double *d, const double *v, \
+                           int64_t o, int64_t a, int64_t b)                   \
+    {                                                                         \
+        const double *go = d + o, *xa = v + a, *yb = v + b, *fo = v + o;      \
+        if ((fl & 3) != 3) {                                                  \
+            if (fl & 1) rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo);       \
+            if (fl & 2) rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo);       \
+        } else if (a + n <= b || b + n <= a) {                                \
+            rt_krp_##NAME##_VV_ab(n, d + a, d + b, go, xa, yb, fo);           \
+        } else if (a >= b) {                                                  \
+            /* slot p gets a's term from element p-a before b's from p-b */   \
+            rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo);                   \
+            rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo);                   \
+        } else {                                                              \
+            rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo);                   \
+            rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo);                   \
+        }                                                                     \
+    }                                                                         \
+    KR_PASS_(rt_krp_##NAME##_VS_a, xa[i], yb[0], DX)                             \
+    KR_SUM_(rt_krs_##NAME##_VS_b, xa[i], yb[0], DY)                              \
+    void rt_kr_##NAME##_VS(uint32_t fl, int64_t n, double *d, const double *v, \
+                           int64_t o, int64_t a, int64_t b)                   \
+    {                                                                         \
+        if (fl & 1) rt_krp_##NAME##_VS_a(n, d + a, d + o, v + a, v + b, v + o); \
+        if (fl & 2) d[b] += rt_krs_##NAME##_VS_b(n, d + o, v + a, v + b, v + o); \
+    }                                                                         \
+    KR_SUM_(rt_krs_##NAME##_SV_a, xa[0], yb[i], DX)                              \
+    KR_PASS_(rt_krp_##NAME##_SV_b, xa[0], yb[i], DY)                             \
+    void rt_kr_##NAME##_SV(uint32_t fl, int64_t n, double *d, const double *v, \
+                           int64_t o, int64_t a, int64_t b)                   \
+    {                                                                         \
+        if (fl & 2) rt_krp_##NAME##_SV_b(n, d + b, d + o, v + a, v + b, v + o); \
+        if (fl & 1) d[a] += rt_krs_##NAME##_SV_a(n, d + o, v + a, v + b, v + o); \
+    }
+
+#define KF_BINARY3_(NAME, FXY)                                                \
+    KF_BINARY_(NAME, VV, xa[i], yb[i], FXY)                                   \
+    KF_BINARY_(NAME, VS, xa[i], yb[0], FXY)                                      \
+    KF_BINARY_(NAME, SV, xa[0], yb[i], FXY)
+
+#define K_BINARY(NAME, FXY, DX, DY) KF_BINARY3_(NAME, FXY) KR_BINARY_(NAME, DX, DY)
+#define K_BINARY_ND(NAME, FXY) KF_BINARY3_(NAME, FXY)
+
+RT_BINARY(K_BINARY)
+RT_BINARY_ND(K_BINARY_ND)
+
+/* ------------------------------------------------------------------ others */
+
+void rt_k_add_scalar(int64_t n, double *dx, double g)
+{
+    int64_t i;
+    for (i = 0; i < n; i++)
+        dx[i] += g;
+}
