@@ -21,6 +21,10 @@
  * `g != 0 ? g * partial : -0.0`, and adding -0.0 leaves every double, -0.0
  * included, unchanged -- the same bits as skipping the element.
  *
+ * AVX2 clones (target_clones, chosen at load time by the CPU) give x86-64
+ * machines that have it 4-wide loops; AVX2 alone brings no FMA, so the
+ * roundings stay those of the scalar code.
+ *
  * Sums into a scalar operand's adjoint (the _VS / _SV reverse) stay strict
  * left-to-right loops: the compiler may not reassociate them (no
  * -ffast-math), which keeps them bit-identical to the reference replay.
@@ -48,13 +52,19 @@
 #pragma GCC optimize("O3", "fp-contract=off", "no-trapping-math")
 #endif
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define RT_KCLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define RT_KCLONES
+#endif
+
 /* g * partial, or -0.0 (the additive identity) for an exactly-zero g */
 #define RT_AZ(g, D) ((g) != 0.0 ? (g) * (D) : -0.0)
 
 /* ------------------------------------------------------------------ unary */
 
 #define KF_UNARY_(NAME, FX)                                                   \
-    static void rt_kfp_##NAME(int64_t n, double *restrict out,                \
+    RT_KCLONES static void rt_kfp_##NAME(int64_t n, double *restrict out,                \
                               const double *restrict xa)                      \
     {                                                                         \
         int64_t i;                                                            \
@@ -69,7 +79,7 @@
     }
 
 #define KR_UNARY_(NAME, DX)                                                   \
-    static void rt_krp_##NAME(int64_t n, double *restrict da,                 \
+    RT_KCLONES static void rt_krp_##NAME(int64_t n, double *restrict da,                 \
                               const double *restrict go,                      \
                               const double *restrict xa,                      \
                               const double *restrict fo)                      \
@@ -99,7 +109,7 @@ RT_UNARY_ND(K_UNARY_ND)
 /* X, Y: the operands' i-th element (xa[0] / yb[0] for a scalar operand:
  * nothing in the loop writes it, so it is loaded once). */
 #define KF_BINARY_(NAME, V, X, Y, FXY)                                        \
-    static void rt_kfp_##NAME##_##V(int64_t n, double *restrict out,          \
+    RT_KCLONES static void rt_kfp_##NAME##_##V(int64_t n, double *restrict out,          \
                                     const double *restrict xa,                \
                                     const double *restrict yb)                \
     {                                                                         \
@@ -116,7 +126,7 @@ RT_UNARY_ND(K_UNARY_ND)
 
 /* One pass adding g * D into dd[i]; X and Y as above. */
 #define KR_PASS_(FN, X, Y, D)                                                 \
-    static void FN(int64_t n, double *restrict dd, const double *restrict go, \
+    RT_KCLONES static void FN(int64_t n, double *restrict dd, const double *restrict go, \
                    const double *restrict xa, const double *restrict yb,      \
                    const double *restrict fo)                                 \
     {                                                                         \
@@ -146,7 +156,7 @@ RT_UNARY_ND(K_UNARY_ND)
 #define KR_BINARY_(NAME, DX, DY)                                              \
     KR_PASS_(rt_krp_##NAME##_VV_a, xa[i], yb[i], DX)                          \
     KR_PASS_(rt_krp_##NAME##_VV_b, xa[i], yb[i], DY)                          \
-    static void rt_krp_##NAME##_VV_ab(int64_t n, double *restrict da,         \
+    RT_KCLONES static void rt_krp_##NAME##_VV_ab(int64_t n, double *restrict da,         \
                                       double *restrict db,                    \
                                       const double *restrict go,              \
                                       const double *restrict xa,              \
