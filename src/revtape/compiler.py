@@ -107,10 +107,13 @@ class _Lowering:
         inputs = [t._id for t in tape._inputs]
         dep = set(inputs)                          # depends on an input: recomputed per replay
         adj = set(inputs[:self.n_grad])            # leads back to a differentiated input
+        # isdisjoint: the membership tests run in C (a generator expression
+        # per instruction cost more than everything else in this loop)
+        dep_free, adj_free = dep.isdisjoint, adj.isdisjoint
         for op, out, args, params in tape._instrs:
-            if out >= 0 and any(a in dep for a in args):
+            if out >= 0 and not dep_free(args):
                 dep.add(out)
-                if op.diff and any(a in adj for a in args):
+                if op.diff and not adj_free(args):
                     adj.add(out)
         roots = {tape._output._id}
         if getattr(tape, "_value_id", None) is not None:
@@ -118,16 +121,17 @@ class _Lowering:
         self.roots = roots
         live = set(roots)
         kept = []
+        live_update, guards_on = live.update, self.guards_on
         for instr in reversed(tape._instrs):
             op, out, args, params = instr
             if op is _GUARD:
-                if not self.guards_on or not any(a in dep for a in args):
+                if not guards_on or dep_free(args):
                     continue                        # a guard on constants never changes
                 kept.append(instr)
-                live.update(args)
+                live_update(args)
             elif out in live and out in dep:
                 kept.append(instr)
-                live.update(args)
+                live_update(args)
         kept.reverse()
         self.dep, self.adj, self.kept, self.inputs = dep, adj, kept, inputs
 
@@ -157,7 +161,7 @@ class _Lowering:
 
     def _const(self, v):
         if type(v) is float:
-            key = (v, np.signbit(v)) if v == v else None
+            key = (v, math.copysign(1.0, v) < 0.0) if v == v else None   # 0.0 and -0.0 apart
             if key is not None and key in self.scalar_consts:
                 return self.scalar_consts[key]
             off = self.const_base + len(self.const_vals)
@@ -237,9 +241,10 @@ class _Lowering:
             if (i is None or kept[i][0] is not want or uses.get(t) != 1 or t in self.roots
                     or k - i > 8 or i in inner_of):
                 return None
-            operands = slots(kept[i][2])
-            if any(operands.intersection(reads(m)) for m in range(i + 1, k)):
-                return None
+            if k - i > 1:                     # (adjacent: nothing in between to check)
+                operands = slots(kept[i][2])
+                if any(operands.intersection(reads(m)) for m in range(i + 1, k)):
+                    return None
             return i
 
         for k, (op, out, args, params) in enumerate(kept):
