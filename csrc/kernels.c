@@ -219,7 +219,39 @@ RT_BINARY_ND(K_BINARY_ND)
 
 /* ------------------------------------------------------------------ others */
 
-void rt_k_add_scalar(int64_t n, double *dx, double g)
+/* numpy's pairwise summation (pairwise_sum_DOUBLE), so that REDUCE_SUM over a
+ * contiguous run is bit-identical to np.sum of that run (checked against
+ * numpy 2.4 for n = 1..400 and up to 20000): 8 accumulators up to 128
+ * elements, halving (at multiples of 8) above.  Recursion depth is log2(n). */
+RT_KCLONES double rt_k_pairwise_sum(const double *x, int64_t n)
+{
+    if (n < 8) {
+        double res = 0.0;
+        int64_t i;
+        for (i = 0; i < n; i++)
+            res += x[i];
+        return res;
+    } else if (n <= 128) {
+        double r[8], res;
+        int64_t i, j;
+        for (j = 0; j < 8; j++)
+            r[j] = x[j];
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (j = 0; j < 8; j++)
+                r[j] += x[i + j];
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            res += x[i];
+        return res;
+    } else {
+        int64_t n2 = n / 2;
+        n2 -= n2 % 8;
+        return rt_k_pairwise_sum(x, n2) + rt_k_pairwise_sum(x + n2, n - n2);
+    }
+}
+
+
+RT_KCLONES void rt_k_add_scalar(int64_t n, double *dx, double g)
 {
     int64_t i;
     for (i = 0; i < n; i++)

@@ -50,6 +50,9 @@ RT_BINARY_ND(RT_KDECL_BND_)
 #undef RT_KDECL_B_
 #undef RT_KDECL_BND_
 
+/* np.sum of x[0..n), bit for bit (REDUCE_SUM's forward, one segment) */
+double rt_k_pairwise_sum(const double *x, int64_t n);
+
 /* dx[0..n) += g (REDUCE_SUM's reverse, one segment) */
 void rt_k_add_scalar(int64_t n, double *dx, double g);
 

@@ -91,36 +91,9 @@ int32_t rt_num_ops(void) { return RT_NUM_OPS; }
 
 /* ------------------------------------------------------------------ kernels */
 
-/* numpy's pairwise summation (pairwise_sum_DOUBLE), so that REDUCE_SUM over a
- * contiguous run is bit-identical to np.sum of that run (checked against
- * numpy 2.4 for n = 1..400 and up to 20000): 8 accumulators up to 128
- * elements, halving (at multiples of 8) above.  Recursion depth is log2(n). */
-static double rt_pairwise_sum(const double *x, int64_t n)
-{
-    if (n < 8) {
-        double res = 0.0;
-        int64_t i;
-        for (i = 0; i < n; i++)
-            res += x[i];
-        return res;
-    } else if (n <= 128) {
-        double r[8], res;
-        int64_t i, j;
-        for (j = 0; j < 8; j++)
-            r[j] = x[j];
-        for (i = 8; i < n - (n % 8); i += 8)
-            for (j = 0; j < 8; j++)
-                r[j] += x[i + j];
-        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++)
-            res += x[i];
-        return res;
-    } else {
-        int64_t n2 = n / 2;
-        n2 -= n2 % 8;
-        return rt_pairwise_sum(x, n2) + rt_pairwise_sum(x + n2, n - n2);
-    }
-}
+/* numpy's pairwise summation, bit for bit: kernels.c (its 8-accumulator
+ * blocks vectorise there). */
+#define rt_pairwise_sum rt_k_pairwise_sum
 
 /* np.max / np.min: nan propagates (numpy's `io1 >= in2 || isnan(io1)`). */
 static double rt_seg_max(const double *x, int64_t n)

@@ -179,3 +179,16 @@ def test_verifier_refuses_an_output_that_overlaps_its_operand():
              for line in cs.disassemble().splitlines()[1:]]
     k_sin = names.index("SIN")
     assert "overlaps operand a" in _refused(cs, k_sin, 2, cs.program.code[k_sin, 3])
+
+
+def test_sum_is_numpys_pairwise_sum_bit_for_bit(rng):
+    # REDUCE_SUM's kernel reproduces numpy's 8-accumulator pairwise blocks;
+    # vectorised, each accumulator must still add its own elements in order
+    for n in list(range(1, 300)) + [1000, 4099, 10000]:
+        x = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, size=n)
+        ct = rt.compile(rt.GradientTape(lambda x: np.sum(x), x))
+        assert_bits(ct.value_and_gradient(x)[0], np.sum(x))
+        rows = rt.compile(rt.JacobianTape(lambda x: np.sum(x.reshape(-1, n), axis=1),
+                                          np.concatenate([x, x[::-1]])))
+        assert_bits(rows.forward(np.concatenate([x, x[::-1]])),
+                    np.sum(np.concatenate([x, x[::-1]]).reshape(-1, n), axis=1))
