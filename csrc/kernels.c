@@ -257,3 +257,114 @@ RT_KCLONES void rt_k_add_scalar(int64_t n, double *dx, double g)
     for (i = 0; i < n; i++)
         dx[i] += g;
 }
+
+/* ------------------------------------------------------------------ where, clip
+ * out = a != 0 ? b : c; the condition is never differentiated.  _VS: c is a
+ * scalar, _SV: b is.  The scalar branch's adjoint is a left-to-right sum. */
+
+#define KW_FWD_(V, B, C)                                                      \
+    RT_KCLONES static void rt_kwp_##V(int64_t n, double *restrict out,        \
+                                      const double *restrict ca,              \
+                                      const double *restrict xb,              \
+                                      const double *restrict yc)              \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++)                                               \
+            out[i] = ca[i] != 0.0 ? (B) : (C);                                \
+    }
+KW_FWD_(VV, xb[i], yc[i])
+KW_FWD_(VS, xb[i], yc[0])
+KW_FWD_(SV, xb[0], yc[i])
+
+void rt_kf_WHERE_VV(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c)
+{
+    rt_kwp_VV(n, v + o, v + a, v + b, v + c);
+}
+void rt_kf_WHERE_VS(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c)
+{
+    rt_kwp_VS(n, v + o, v + a, v + b, v + c);
+}
+void rt_kf_WHERE_SV(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c)
+{
+    rt_kwp_SV(n, v + o, v + a, v + b, v + c);
+}
+
+/* dd[i] += g where the condition is `take` (1: true, 0: false) */
+RT_KCLONES static void rt_kwr_pass(int64_t n, double *restrict dd, const double *restrict go,
+                                   const double *restrict ca, int take)
+{
+    int64_t i;
+    if (take)
+        for (i = 0; i < n; i++)
+            dd[i] += go[i] != 0.0 && ca[i] != 0.0 ? go[i] : -0.0;
+    else
+        for (i = 0; i < n; i++)
+            dd[i] += go[i] != 0.0 && ca[i] == 0.0 ? go[i] : -0.0;
+}
+
+static double rt_kwr_sum(int64_t n, const double *go, const double *ca, int take)
+{
+    int64_t i;
+    double s = 0.0;
+    for (i = 0; i < n; i++)
+        s += go[i] != 0.0 && (ca[i] != 0.0) == take ? go[i] : -0.0;
+    return s;
+}
+
+void rt_kr_WHERE_VV(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
+                    int64_t b, int64_t c)
+{
+    /* each element feeds b or c, never both, so only slots that both
+     * regions cover need an order: by element, b's term first iff b > c */
+    if (b >= c) {
+        if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1);
+        if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0);
+    } else {
+        if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0);
+        if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1);
+    }
+}
+void rt_kr_WHERE_VS(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
+                    int64_t b, int64_t c)
+{
+    if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1);
+    if (fl & 4) d[c] += rt_kwr_sum(n, d + o, v + a, 0);
+}
+void rt_kr_WHERE_SV(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
+                    int64_t b, int64_t c)
+{
+    if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0);
+    if (fl & 2) d[b] += rt_kwr_sum(n, d + o, v + a, 1);
+}
+
+/* np.clip = minimum(maximum(x, lo), hi): nan in x or a bound propagates,
+ * lo > hi gives hi.  Reverse: zero at the bounds. */
+RT_KCLONES static void rt_kcp(int64_t n, double *restrict out, const double *restrict xa,
+                              double lo, double hi)
+{
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double t = xa[i];
+        t = !(t >= lo || t != t) ? lo : t;
+        t = !(t <= hi || t != t) ? hi : t;
+        out[i] = t;
+    }
+}
+void rt_kf_CLIP(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c)
+{
+    rt_kcp(n, v + o, v + a, v[b], v[c]);
+}
+
+RT_KCLONES static void rt_kcr(int64_t n, double *restrict da, const double *restrict go,
+                              const double *restrict fo, double lo, double hi)
+{
+    int64_t i;
+    for (i = 0; i < n; i++)
+        da[i] += go[i] != 0.0 && fo[i] != lo && fo[i] != hi ? go[i] : -0.0;
+}
+void rt_kr_CLIP(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
+                int64_t b, int64_t c)
+{
+    if (fl & 1)
+        rt_kcr(n, d + a, d + o, v + o, v[b], v[c]);
+}

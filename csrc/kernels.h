@@ -50,6 +50,17 @@ RT_BINARY_ND(RT_KDECL_BND_)
 #undef RT_KDECL_B_
 #undef RT_KDECL_BND_
 
+/* WHERE_VV/VS/SV and CLIP: forward and reverse (operands as in vm.h) */
+#define RT_KDECL_W_(NAME)                                                     \
+    void rt_kf_##NAME(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c); \
+    void rt_kr_##NAME(uint32_t fl, int64_t n, double *d, const double *v,     \
+                      int64_t o, int64_t a, int64_t b, int64_t c);
+RT_KDECL_W_(WHERE_VV)
+RT_KDECL_W_(WHERE_VS)
+RT_KDECL_W_(WHERE_SV)
+RT_KDECL_W_(CLIP)
+#undef RT_KDECL_W_
+
 /* np.sum of x[0..n), bit for bit (REDUCE_SUM's forward, one segment) */
 double rt_k_pairwise_sum(const double *x, int64_t n);
 

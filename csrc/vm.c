@@ -311,23 +311,10 @@ vm_next:
         RT_BINARY_ND(FWD_BINARY_ND)
         RT_GUARDS(FWD_GUARD)
 
-        VM_CASE(WHERE_VV) {
-            for (i = 0; i < n; i++)
-                v[o + i] = v[a + i] != 0.0 ? v[b + i] : v[c + i];
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_VS) {
-            const double z = v[c];
-            for (i = 0; i < n; i++)
-                v[o + i] = v[a + i] != 0.0 ? v[b + i] : z;
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_SV) {
-            const double t = v[b];
-            for (i = 0; i < n; i++)
-                v[o + i] = v[a + i] != 0.0 ? t : v[c + i];
-            VM_NEXT;
-        }
+        /* WHERE and CLIP: kernels.c */
+        VM_CASE(WHERE_VV) { rt_kf_WHERE_VV(n, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_VS) { rt_kf_WHERE_VS(n, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_SV) { rt_kf_WHERE_SV(n, v, o, a, b, c); VM_NEXT; }
         VM_CASE(AXPY) {
             /* out = a + b*c (b one scalar): rounded as the add of a rounded
              * product, exactly like the two instructions it replaces. */
@@ -361,20 +348,7 @@ vm_next:
             v[o] = acc;
             VM_NEXT;
         }
-        VM_CASE(CLIP) {
-            /* np.clip = minimum(maximum(x, lo), hi): nan in x or in a bound
-             * propagates, and lo > hi gives hi. */
-            const double lo = v[b], hi = v[c];
-            for (i = 0; i < n; i++) {
-                double t = v[a + i];
-                if (!(t >= lo || t != t))
-                    t = lo;
-                if (!(t <= hi || t != t))
-                    t = hi;
-                v[o + i] = t;
-            }
-            VM_NEXT;
-        }
+        VM_CASE(CLIP) { rt_kf_CLIP(n, v, o, a, b, c); VM_NEXT; }
 
         VM_CASE(REDUCE_SUM) {
             for (s = 0; s < n; s++)
@@ -586,49 +560,9 @@ vm_next:
         RT_NO_DERIVATIVE
 
         /* WHERE: the condition (a) is never differentiated. */
-        VM_CASE(WHERE_VV) {
-            for (i = 0; i < n; i++) {
-                const double g = d[o + i];
-                if (g != 0.0) {
-                    if (v[a + i] != 0.0) {
-                        if (fl & 2) d[b + i] += g;
-                    } else {
-                        if (fl & 4) d[c + i] += g;
-                    }
-                }
-            }
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_VS) {
-            double sz = 0.0;
-            for (i = 0; i < n; i++) {
-                const double g = d[o + i];
-                if (g != 0.0) {
-                    if (v[a + i] != 0.0) {
-                        if (fl & 2) d[b + i] += g;
-                    } else {
-                        sz += g;
-                    }
-                }
-            }
-            if (fl & 4) d[c] += sz;
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_SV) {
-            double st = 0.0;
-            for (i = 0; i < n; i++) {
-                const double g = d[o + i];
-                if (g != 0.0) {
-                    if (v[a + i] != 0.0) {
-                        st += g;
-                    } else {
-                        if (fl & 4) d[c + i] += g;
-                    }
-                }
-            }
-            if (fl & 2) d[b] += st;
-            VM_NEXT;
-        }
+        VM_CASE(WHERE_VV) { rt_kr_WHERE_VV(fl, n, d, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_VS) { rt_kr_WHERE_VS(fl, n, d, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_SV) { rt_kr_WHERE_SV(fl, n, d, v, o, a, b, c); VM_NEXT; }
         VM_CASE(AXPY) {
             /* The add's reverse, then the product's, in the order the two
              * separate instructions would accumulate them. */
@@ -681,13 +615,7 @@ vm_next:
         VM_CASE(CLIP) {
             /* Zero at the bounds (autograd's convention).  The bounds are
              * constants: flags 2 and 4 are ignored. */
-            const double lo = v[b], hi = v[c];
-            if (fl & 1)
-                for (i = 0; i < n; i++) {
-                    const double g = d[o + i], f = v[o + i];
-                    if (g != 0.0 && f != lo && f != hi)
-                        d[a + i] += g;
-                }
+            rt_kr_CLIP(fl, n, d, v, o, a, b, c);
             VM_NEXT;
         }
 

@@ -192,3 +192,61 @@ def test_sum_is_numpys_pairwise_sum_bit_for_bit(rng):
                                           np.concatenate([x, x[::-1]])))
         assert_bits(rows.forward(np.concatenate([x, x[::-1]])),
                     np.sum(np.concatenate([x, x[::-1]]).reshape(-1, n), axis=1))
+
+
+@pytest.mark.parametrize("b,c", [(0, 0), (1, 0), (0, 1), (3, 0), (0, 40)])
+def test_where_adjoints_add_in_the_one_loop_order(b, c, rng):
+    n = 40
+    m = n + max(b, c)
+    x = rng.standard_normal(m)
+    w = _weights(rng, n)
+    f = lambda x: np.where(x[:n] > 0.0, x[b:b + n], x[c:c + n]) + x[b:b + n] ** 2
+    ct = rt.compile(rt.JacobianTape(f, x))
+    assert "WHERE_VV" in ct.disassemble()
+    for k in range(4):
+        xk = x + 0.3 * k
+        d = np.zeros(m)
+        d[b:b + n] += np.where(w != 0.0, w * (2.0 * xk[b:b + n]), -0.0)
+        for i in range(n):                  # WHERE's reverse, element by element
+            if w[i] != 0.0:
+                d[(b if xk[i] > 0.0 else c) + i] += w[i]
+        assert_bits(ct.vjp(xk, w), d)
+        assert_bits(ct.forward(xk), np.where(xk[:n] > 0.0, xk[b:b + n], xk[c:c + n])
+                    + xk[b:b + n] ** 2)
+
+
+@pytest.mark.parametrize("form", ["VS", "SV"])
+def test_where_with_a_scalar_branch_sums_its_adjoint_left_to_right(form, rng):
+    n = 37
+    x = rng.standard_normal(n + 1) * 10.0 ** rng.integers(-3, 4, size=n + 1)
+    w = _weights(rng, n) * 10.0 ** rng.integers(-3, 4, size=n)
+    if form == "VS":
+        f = lambda x: np.where(x[:n] > 0.0, x[:n], x[n])
+    else:
+        f = lambda x: np.where(x[:n] > 0.0, x[n], x[:n])
+    ct = rt.compile(rt.JacobianTape(f, x))
+    assert f"WHERE_{form}" in ct.disassemble()
+    vec = (x[:n] > 0.0) if form == "VS" else (x[:n] <= 0.0)
+    d = np.zeros(n + 1)
+    d[:n] = np.where(vec & (w != 0.0), w, 0.0) + 0.0
+    s = 0.0
+    for i in range(n):
+        if w[i] != 0.0 and not vec[i]:
+            s += w[i]
+    d[n] += s
+    assert_bits(ct.vjp(x, w), d)
+
+
+def test_clip_kernel_at_the_bounds_and_nan_bounds(rng):
+    n = 37
+    x = rng.uniform(-2.0, 2.0, size=n)
+    x[3], x[7], x[11] = -1.0, 1.0, 1.0         # exactly at the bounds: zero gradient
+    w = _weights(rng, n)
+    ct = rt.compile(rt.JacobianTape(lambda x: np.clip(x, -1.0, 1.0), x))
+    assert "CLIP" in ct.disassemble()
+    y = np.clip(x, -1.0, 1.0)
+    assert_bits(ct.forward(x), y)
+    assert_bits(ct.vjp(x, w), np.where((w != 0.0) & (y != -1.0) & (y != 1.0), w, 0.0) + 0.0)
+    # lo > hi gives hi everywhere, as np.clip
+    ct2 = rt.compile(rt.JacobianTape(lambda x: np.clip(x, 1.0, -1.0), x))
+    assert_bits(ct2.forward(x), np.clip(x, 1.0, -1.0))
