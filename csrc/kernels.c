@@ -368,3 +368,57 @@ void rt_kr_CLIP(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, i
     if (fl & 1)
         rt_kcr(n, d + a, d + o, v + o, v[b], v[c]);
 }
+
+/* ------------------------------------------------------------------ tangent
+ * Forward mode over arrays (vm.c's tangent sweep): out's tangent from the
+ * operands' tangents, a zero tangent contributing nothing even through an
+ * inf/nan partial.  The same roundings as the scalar path:
+ * unary ta * partial (or 0), binary (0 + ta * dx) + tb * dy with absent
+ * terms skipped -- an absent term here adds -0.0, which changes nothing. */
+
+#define KT_UNARY_(NAME, FX, DX)                                               \
+    RT_KCLONES static void rt_ktp_##NAME(int64_t n, double *restrict to,      \
+                                         const double *restrict tav,          \
+                                         const double *restrict xa,           \
+                                         const double *restrict fo)           \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double ta = tav[i], x = xa[i], f = fo[i];                   \
+            (void)x; (void)f;                                                 \
+            to[i] = ta != 0.0 ? ta * (DX) : 0.0;                              \
+        }                                                                     \
+    }                                                                         \
+    void rt_kt_##NAME(int64_t n, double *t, const double *v, int64_t o, int64_t a) \
+    {                                                                         \
+        rt_ktp_##NAME(n, t + o, t + a, v + a, v + o);                         \
+    }
+RT_UNARY(KT_UNARY_)
+
+#define KT_BINARY1_(NAME, V, X, Y, TA, TB, DX, DY)                            \
+    RT_KCLONES static void rt_ktp_##NAME##_##V(uint32_t fl, int64_t n,        \
+                                               double *restrict to,           \
+                                               const double *restrict tav,    \
+                                               const double *restrict tbv,    \
+                                               const double *restrict xa,     \
+                                               const double *restrict yb,     \
+                                               const double *restrict fo)     \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double x = (X), y = (Y), f = fo[i];                         \
+            const double ta = (fl & 1) ? (TA) : 0.0, tb = (fl & 2) ? (TB) : 0.0; \
+            (void)x; (void)y; (void)f;                                        \
+            to[i] = (0.0 + RT_AZ(ta, DX)) + RT_AZ(tb, DY);                    \
+        }                                                                     \
+    }                                                                         \
+    void rt_kt_##NAME##_##V(uint32_t fl, int64_t n, double *t, const double *v, \
+                            int64_t o, int64_t a, int64_t b)                  \
+    {                                                                         \
+        rt_ktp_##NAME##_##V(fl, n, t + o, t + a, t + b, v + a, v + b, v + o); \
+    }
+#define KT_BINARY_(NAME, FXY, DX, DY)                                         \
+    KT_BINARY1_(NAME, VV, xa[i], yb[i], tav[i], tbv[i], DX, DY)               \
+    KT_BINARY1_(NAME, VS, xa[i], yb[0], tav[i], tbv[0], DX, DY)               \
+    KT_BINARY1_(NAME, SV, xa[0], yb[i], tav[0], tbv[i], DX, DY)
+RT_BINARY(KT_BINARY_)

@@ -50,6 +50,20 @@ RT_BINARY_ND(RT_KDECL_BND_)
 #undef RT_KDECL_B_
 #undef RT_KDECL_BND_
 
+/* tangent sweep (forward mode) over arrays: t[o..] from t[a..] (, t[b..]) */
+#define RT_KDECL_TU_(NAME, ...)                                               \
+    void rt_kt_##NAME(int64_t n, double *t, const double *v, int64_t o, int64_t a);
+#define RT_KDECL_TB1_(NAME, V)                                                \
+    void rt_kt_##NAME##_##V(uint32_t fl, int64_t n, double *t, const double *v, \
+                            int64_t o, int64_t a, int64_t b);
+#define RT_KDECL_TB_(NAME, ...)                                               \
+    RT_KDECL_TB1_(NAME, VV) RT_KDECL_TB1_(NAME, VS) RT_KDECL_TB1_(NAME, SV)
+RT_UNARY(RT_KDECL_TU_)
+RT_BINARY(RT_KDECL_TB_)
+#undef RT_KDECL_TU_
+#undef RT_KDECL_TB1_
+#undef RT_KDECL_TB_
+
 /* WHERE_VV/VS/SV and CLIP: forward and reverse (operands as in vm.h) */
 #define RT_KDECL_W_(NAME)                                                     \
     void rt_kf_##NAME(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c); \

@@ -768,17 +768,13 @@ vm_next:
             }                                                                 \
             VM_NEXT;                          /* else t[o] stays 0 */         \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double ta = t[a + i], x = v[a + i], f = v[o + i];           \
-            (void)x; (void)f;                                                 \
-            t[o + i] = ta != 0.0 ? ta * (DX) : 0.0;                           \
-        }                                                                     \
+        rt_kt_##NAME(n, t, v, o, a);        /* arrays: kernels.c */        \
         VM_NEXT;                                                              \
     }
 
-/* TA and TB: the operands' tangents, zero when a flag is off.  A scalar
- * result with two zero tangents is left as the caller zeroed it. */
-#define TAN_BINARY_(NAME, X, Y, TA, TB, DX, DY)                               \
+/* An operand's tangent is zero when its flag is off.  A scalar result with
+ * two zero tangents is left as the caller zeroed it. */
+#define TAN_BINARY_(NAME, V, DX, DY)                                          \
         if (n == 1) {                                                         \
             const double ta = (fl & 1) ? t[a] : 0.0, tb = (fl & 2) ? t[b] : 0.0; \
             if (ta != 0.0 || tb != 0.0) {                                     \
@@ -791,21 +787,13 @@ vm_next:
             }                                                                 \
             VM_NEXT;                          /* else t[o] stays 0 */         \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = (X), y = (Y), f = v[o + i];                      \
-            const double ta = (fl & 1) ? (TA) : 0.0, tb = (fl & 2) ? (TB) : 0.0; \
-            double r = 0.0;                                                   \
-            (void)x; (void)y; (void)f;                                        \
-            if (ta != 0.0) r += ta * (DX);                                    \
-            if (tb != 0.0) r += tb * (DY);                                    \
-            t[o + i] = r;                                                     \
-        }                                                                     \
+        rt_kt_##NAME##_##V(fl, n, t, v, o, a, b);   /* arrays: kernels.c */ \
         VM_NEXT;
 
 #define TAN_BINARY(NAME, FXY, DX, DY)                                         \
-    VM_CASE(NAME##_VV) { TAN_BINARY_(NAME, v[a + i], v[b + i], t[a + i], t[b + i], DX, DY) } \
-    VM_CASE(NAME##_VS) { TAN_BINARY_(NAME, v[a + i], v[b], t[a + i], t[b], DX, DY) } \
-    VM_CASE(NAME##_SV) { TAN_BINARY_(NAME, v[a], v[b + i], t[a], t[b + i], DX, DY) }
+    VM_CASE(NAME##_VV) { TAN_BINARY_(NAME, VV, DX, DY) }                      \
+    VM_CASE(NAME##_VS) { TAN_BINARY_(NAME, VS, DX, DY) }                      \
+    VM_CASE(NAME##_SV) { TAN_BINARY_(NAME, SV, DX, DY) }
 
 /* out += A @ B (M x K times K x N), plain products. */
 static void rt_matmul_acc(double *out, const double *A, const double *B,

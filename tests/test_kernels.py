@@ -51,6 +51,7 @@ def test_unary_array_kernel_equals_its_scalar_form_bit_for_bit(name, rng):
         xk = x * (1.0 + 0.01 * k)
         assert_bits(c_arr.forward(xk), c_sc.forward(xk))
         assert_bits(c_arr.vjp(xk, w), c_sc.vjp(xk, w))
+        assert_bits(c_arr.jvp(xk, w), c_sc.jvp(xk, w))     # tangent sweep, zeros in w
 
 
 _FORMS = {
@@ -83,6 +84,10 @@ def test_binary_array_kernel_equals_its_scalar_form_bit_for_bit(name, form, rng)
     c_sc = rt.compile(rt.JacobianTape(sc(fn), x))
     assert c_arr.program.stats["program_instructions"] == 1
     assert_bits(c_arr.forward(x), c_sc.forward(x))
+    # tangents with exact zeros, on one operand only and on both
+    for v in (_weights(rng, x.size), np.where(np.arange(x.size) < size - N, 0.0, 1.5),
+              np.where(np.arange(x.size) < size - N, 0.7, 0.0)):
+        assert_bits(c_arr.jvp(x, v), c_sc.jvp(x, v))
     expected = c_sc.vjp(x, w)
     if form != "VV":
         # the scalar operand's adjoint: the kernel sums its N terms left to
@@ -112,6 +117,8 @@ def test_a_zero_adjoint_stays_zero_through_an_infinite_partial(fn, x):
     assert g[0] == 0.0 and g[2] == 0.0
     assert not np.signbit(g[0]) and not np.signbit(g[2])
     assert_bits(g, rt.compile(rt.JacobianTape(_array_and_scalar_forms(fn, 5)[1], x)).vjp(x, w))
+    t = ct.jvp(x, w)                                # forward mode: the same rule
+    assert np.all(np.isfinite(t)) and t[0] == 0.0 and t[2] == 0.0, t
 
 
 def _one_loop_mul_reverse(d, w, x, a, b, n):
