@@ -18,6 +18,7 @@ a tape needs:
 Arena layout: [inputs | constants | intermediates], see csrc/vm.h.
 """
 
+import array
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -77,6 +78,28 @@ _VV_CODE = {op: OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
             if op.family in (ops.BINARY, ops.BINARY_ND)}
 
 
+class _Words:
+    """The instruction words as they are emitted, in one flat int64
+    array.array (6 words an instruction): a list of 6-tuples of Python ints
+    costs ~200 bytes an instruction, this 48 -- at a million-step tape that
+    is most of the compiler's peak memory.  append() takes the same 6-tuple
+    a list would."""
+    __slots__ = ("_a",)
+
+    def __init__(self):
+        self._a = array.array("q")
+
+    def append(self, word):
+        self._a.extend(word)
+
+    def __len__(self):
+        return len(self._a) // WORDS
+
+    def to_numpy(self):
+        return np.frombuffer(self._a, dtype=np.int64).reshape(-1, WORDS) if self._a \
+            else np.zeros((0, WORDS), dtype=np.int64)
+
+
 def _size(shape):
     return math.prod(shape)
 
@@ -91,7 +114,7 @@ class _Lowering:
         self.vals = tape._vals
         self.guards_on = guards
         self.n_grad = len(tape._inputs) if n_grad is None else n_grad
-        self.words = []
+        self.words = _Words()
         self.ints = []
         self.const_vals = []
         self.scalar_consts = {}
@@ -503,7 +526,7 @@ class _Lowering:
     def program(self):
         tape = self.tape
         out_id = tape._output._id
-        code = np.array(self.words, dtype=np.int64).reshape(-1, WORDS)
+        code = self.words.to_numpy()
         if code.size and (code.max() > np.iinfo(np.int32).max or self.next_free > 2**31 - 1):
             raise UnsupportedError("the tape is too large for 32-bit offsets")
         consts = np.array(self.const_vals, dtype=np.float64)
