@@ -63,7 +63,7 @@ _NO_FLOAT = ("cannot turn a tracked value into a plain {what}: the gradient thro
 class Tracked:
     """Common behaviour of TrackedReal and TrackedArray."""
 
-    __slots__ = ("_tape", "_id", "_const")
+    __slots__ = ("_tape", "_id", "_const", "__weakref__")
     _is_tracked = True
     __array_priority__ = 1000
 
