@@ -1175,3 +1175,37 @@ def test_record_compile_replay_drop_loops_keep_memory_bounded_with_gc_off():
             gc.enable()
     # one loop holds ~15 MB (tape values, two arenas); 100 leaked loops were 1.4 GB
     assert grown < 64 * 1024, f"RSS grew by {grown} KiB over 100 loops with gc disabled"
+
+
+def test_rt_value_during_concurrent_replays_never_reads_a_half_written_arena():
+    n = 20_000
+    tape = rt.GradientTape(lambda x: np.sum(x * x), np.ones(n))
+    ct = rt.compile(tape)
+    stop, torn, reads = threading.Event(), [], [0]
+
+    def replay(k):
+        xs = [np.full(n, float(j)) for j in range(1, 5)]
+        i = 0
+        while not stop.is_set():
+            try:
+                ct.value_and_gradient(xs[i % 4])
+            except rt.ConcurrentUseError:
+                pass
+            i += 1
+
+    threads = [threading.Thread(target=replay, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(3000):
+            tape._replayed_by = getattr(ct, "_arena", ct)   # as after a replay: read it now
+            tape._pull_replay()
+            x, y = tape._vals[tape.inputs[0]._id], tape._vals[tape.output._id]
+            reads[0] += 1
+            if not (np.all(x == x[0]) and y == n * x[0] ** 2):
+                torn.append((x[0], y))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert reads[0] == 3000 and not torn, f"{len(torn)} reads mixed two replays"

@@ -22,6 +22,12 @@ What it does:
    buffers of exactly the sizes vm.h promises.  Refused programs must be
    refused by every entry point.
 
+With ``--python``, it also builds revtape's cffi extension itself with the
+sanitizers into build/fuzz_vm/py (a copy of src/revtape) and runs the tests
+that feed crafted pickles, misaligned and strided arrays and concurrent
+threads through the Python API (tests/test_compiled.py -k hardening
+selection) under it, with libasan/libubsan preloaded into Python.
+
 A sanitizer report aborts its chunk; the script prints it with the RNG seed
 that reproduces it (``build/fuzz_vm/harness-gcc SEEDS SEED ITERATIONS``) and
 exits 1.  Not part of the test suite (it needs a C compiler with sanitizer
@@ -107,6 +113,43 @@ def build(cc, out):
     subprocess.run(cmd, check=True)
 
 
+PY_TESTS = ("pickle or misaligned or strided or pointer_cache or threads_sharing or own_thread "
+            "or refused or fuzz or verifier or guard_location or absurd")
+
+
+def python_under_sanitizers(bdir, cc="gcc"):
+    """Build revtape._vm with ASan+UBSan and run the Python-level hardening
+    tests against it; returns (exit code, last lines of output)."""
+    from cffi import FFI
+    spec = __import__("importlib.util").util.spec_from_file_location(
+        "_build_vm", ROOT / "src" / "revtape" / "_build_vm.py")
+    mod = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    pkg = bdir / "py"
+    if pkg.exists():
+        shutil.rmtree(pkg)
+    shutil.copytree(ROOT / "src" / "revtape", pkg / "revtape",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    ffi = FFI()
+    ffi.cdef("\n".join(mod._cdef_from_header((mod.CSRC / h).read_text()) for h in mod.HEADERS))
+    flags = ["-O1", "-g", "-std=c99", "-fno-omit-frame-pointer", "-D_DEFAULT_SOURCE",
+             "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+    ffi.set_source("revtape._vm", "\n".join(f'#include "{h}"' for h in mod.HEADERS),
+                   sources=[str(mod.CSRC / s) for s in mod.SOURCES],
+                   include_dirs=[str(mod.CSRC)], extra_compile_args=flags,
+                   extra_link_args=["-fsanitize=address,undefined"], libraries=["m"])
+    ffi.compile(tmpdir=str(pkg), verbose=False)
+    preload = [subprocess.run([cc, f"-print-file-name={lib}"], capture_output=True,
+                              text=True).stdout.strip() for lib in ("libasan.so", "libubsan.so")]
+    env = dict(os.environ, PYTHONPATH=str(pkg), LD_PRELOAD=" ".join(preload),
+               ASAN_OPTIONS="detect_leaks=0:halt_on_error=1",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    r = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "test_compiled.py"),
+                        "-q", "-p", "no:cacheprovider", "-k", PY_TESTS],
+                       capture_output=True, text=True, env=env, cwd=str(bdir))
+    return r.returncode, (r.stdout + r.stderr)[-3000:]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=12, help="processes (RNG seeds) per compiler")
@@ -117,6 +160,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=240.0,
                     help="stop starting new runs after this many seconds")
     ap.add_argument("--build-dir", default=str(ROOT / "build" / "fuzz_vm"))
+    ap.add_argument("--python", action="store_true",
+                    help="also run the Python-level hardening tests on a sanitized extension")
     args = ap.parse_args(argv)
 
     bdir = pathlib.Path(args.build_dir)
@@ -164,6 +209,12 @@ def main(argv=None):
               f"{tot['refused']} (+{tot['verifier_only']} refused without an arena)")
         for name, c in tot["calls"].items():
             print(f"   {name:16s} " + ", ".join(f"{s} {v}" for s, v in zip(status, c) if v))
+    if args.python:
+        code, tail = python_under_sanitizers(bdir)
+        print(f"== python tests under ASan+UBSan: exit {code}\n{tail.strip().splitlines()[-1]}")
+        if code != 0:
+            findings.append(("python", None, tail))
+            print(tail)
     print(f"sanitizer findings: {len(findings)}")
     return 1 if findings else 0
 

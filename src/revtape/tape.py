@@ -109,9 +109,11 @@ def _caller():
 
 
 def describe_where(where):
+    if type(where) is not _Where:            # from a pickle: shown, never opened
+        if isinstance(where, tuple) and len(where) == 2:
+            return f"{where[0]}:{where[1]}"
+        return repr(where)
     filename, lineno = where
-    if type(where) is not _Where:
-        return f"{filename}:{lineno}"
     line = linecache.getline(filename, lineno).strip()
     return f"{filename}:{lineno}" + (f": {line}" if line else "")
 
