@@ -1209,3 +1209,17 @@ def test_rt_value_during_concurrent_replays_never_reads_a_half_written_arena():
         for t in threads:
             t.join()
     assert reads[0] == 3000 and not torn, f"{len(torn)} reads mixed two replays"
+
+
+def test_changing_ctape_program_after_loading_changes_nothing_c_sees():
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(4)))
+    x = np.arange(4.0)
+    prog = ct.program
+    prog.n_in, prog.n_grad, prog.out_shape = 10 ** 6, 10 ** 6, (10 ** 6,)
+    prog.inputs.clear() if isinstance(prog.inputs, list) else None
+    assert ct.program.n_in == 4 and ct.program.out_shape == ()
+    assert ct.forward(x) == 14.0
+    np.testing.assert_array_equal(ct.gradient(x), 2 * x)
+    np.testing.assert_array_equal(ct.jacobian(x), 2 * x)
+    assert ct.jvp(x, np.ones(4)) == 12.0
+    rt.value(ct.tape.output)

@@ -13,6 +13,7 @@ this raises ConcurrentUseError instead of racing.
 """
 
 import copy as _copy
+import dataclasses
 import math
 import time
 
@@ -76,7 +77,12 @@ class CompiledTape:
         # what C runs after it was checked.
         self._code = _frozen(prog.code, np.int32).reshape(-1, compiler.WORDS)
         self._ints = _frozen(prog.ints, np.int32)
-        prog.code, prog.ints = self._code, self._ints
+        # A private copy with immutable fields: every buffer handed to C is
+        # sized from it, so changing ctape.program afterwards (it returns a
+        # copy) cannot make Python pass C a buffer shorter than it writes.
+        self._program = prog = dataclasses.replace(
+            prog, code=self._code, ints=self._ints, inputs=tuple(prog.inputs),
+            guards=tuple(prog.guards), out_shape=tuple(prog.out_shape))
         self._vals = np.zeros(max(prog.n_vals, 1))
         self._vals[prog.n_in:prog.n_fixed] = prog.consts
         self._adj = np.zeros(max(prog.n_vals, 1))
@@ -129,7 +135,8 @@ class CompiledTape:
 
     @property
     def program(self):
-        return self._program
+        """The program as plain data (a copy: changing it changes nothing here)."""
+        return _copy.copy(self._program)
 
     def __len__(self):
         return self._code.shape[0]
@@ -649,7 +656,7 @@ def _check_program(prog, tape, n_grad_inputs, kind, guards_on, pickled):
 
     # guards: every guard instruction names an entry of prog.guards that agrees with it
     guards = prog.guards
-    if not isinstance(guards, list):
+    if not isinstance(guards, (list, tuple)):
         _refuse("guards is not a list")
     for entry in guards:
         if not isinstance(entry, (list, tuple)) or len(entry) != 3 or not isinstance(entry[0], dict):
