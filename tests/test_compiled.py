@@ -1139,6 +1139,9 @@ def test_dropped_tapes_and_compiled_tapes_die_without_the_cyclic_collector():
                 lambda x: np.sum(np.sin(x) * x) + (x[0] if x[1] > 0 else -x[0]), np.ones(5))
             ct = rt.compile(tape)
             ct.value_and_gradient(np.full(5, 0.5))
+            if kind == "grad":
+                tape.hvp(np.full(5, 0.5), np.ones(5))      # caches a traced gradient tape
+                copy.deepcopy(ct).gradient(np.full(5, 0.5))
             if kind == "bind":
                 run = ct.bind(np.full(5, 0.5), np.empty(5))
                 run()
