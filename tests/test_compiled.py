@@ -1226,3 +1226,17 @@ def test_changing_ctape_program_after_loading_changes_nothing_c_sees():
     np.testing.assert_array_equal(ct.jacobian(x), 2 * x)
     assert ct.jvp(x, np.ones(4)) == 12.0
     rt.value(ct.tape.output)
+
+
+def test_a_batch_refused_at_a_row_reports_that_rows_guard_and_leaves_one_replay():
+    tape = rt.GradientTape(_two_guards, np.array([1.0, 2.0, 0.5]))
+    ct = rt.compile(tape)
+    X = np.array([[1.0, 2.0, 0.5], [2.0, 3.0, 1.0], [1.5, 0.5, 0.25], [3.0, 3.0, 3.0]])
+    with pytest.raises(rt.BranchChanged) as e:
+        ct.batch_value_and_gradient(X)
+    assert e.value.row == 2 and e.value.guard == 1 and e.value.operands == (0.5, 1.0)
+    x = rt.value(tape.inputs[0])
+    assert rt.value(tape.output) == tape.forward(x)     # inputs and output of one replay
+    tape._replayed_by = ct._arena      # the arena itself holds the last complete row
+    np.testing.assert_array_equal(rt.value(tape.inputs[0]), X[1])
+    assert rt.value(tape.output) == ct.batch_value_and_gradient(X[:2])[0][1]

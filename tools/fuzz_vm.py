@@ -18,7 +18,8 @@ What it does:
    program or makes a random one, mutates instruction words, index-table
    entries and header fields, calls rt_verify, and runs every entry point
    (rt_forward, rt_forward_report, rt_value_and_grad, rt_vjp, rt_jacobian,
-   rt_jvp, rt_jacobian_fwd, rt_read_io) on the programs it accepts, with
+   rt_jvp, rt_jacobian_fwd, rt_read_io, rt_batch_value_and_grad,
+   rt_batch_forward, rt_batch_wide) on the programs it accepts, with
    buffers of exactly the sizes vm.h promises.  Refused programs must be
    refused by every entry point.
 
@@ -199,10 +200,11 @@ def main(argv=None):
             for key in ("iterations", "random_programs", "verified", "refused", "verifier_only"):
                 tot[key] += res[key]
             for name, c in res["calls"].items():
-                acc = tot["calls"].setdefault(name, [0] * 6)
+                acc = tot["calls"].setdefault(name, [0] * 8)
                 tot["calls"][name] = [a + b for a, b in zip(acc, c)]
     print(f"elapsed {time.monotonic() - start:.0f} s")
-    status = ["ok", "guard_failed", "busy", "unverified", "badarg", "nonfinite"]
+    status = ["ok", "guard_failed", "busy", "unverified", "badarg", "nonfinite",
+              "callback_failed", "other"]
     for cc, tot in totals.items():
         print(f"== {cc}: {tot['runs']} runs, {tot['iterations']} programs "
               f"({tot['random_programs']} random), verified {tot['verified']}, refused "

@@ -85,10 +85,12 @@ static double *dbuf(int64_t n, int fill)
     return d;
 }
 
-enum { E_FWD, E_REPORT, E_VG, E_VJP, E_JAC, E_JVP, E_JACF, E_READ, E_N };
+enum { E_FWD, E_REPORT, E_VG, E_VJP, E_JAC, E_JVP, E_JACF, E_READ, E_BVG, E_BFWD, E_BWIDE,
+       E_N };
 static const char *e_names[E_N] = {"forward", "forward_report", "value_and_grad", "vjp",
-                                   "jacobian", "jvp", "jacobian_fwd", "read_io"};
-static long long counts[E_N][6];
+                                   "jacobian", "jvp", "jacobian_fwd", "read_io",
+                                   "batch_value_and_grad", "batch_forward", "batch_wide"};
+static long long counts[E_N][8];
 
 static void run_all(rt_program *p)
 {
@@ -97,7 +99,7 @@ static void run_all(rt_program *p)
     double *y = dbuf(m, 0), *g = dbuf(n_grad, 0), *val = dbuf(1, 0);
     rt_report rep;
     int st;
-#define COUNT(e, s) counts[e][(s) >= 0 && (s) < 6 ? (s) : 5]++
+#define COUNT(e, s) counts[e][(s) >= 0 && (s) < 8 ? (s) : 7]++
     st = rt_forward(p, x, y); COUNT(E_FWD, st);
     st = rt_forward(p, NULL, NULL); COUNT(E_FWD, st);
     st = rt_forward_report(p, x, y, below(p->n_vals + 2) - 1, &rep); COUNT(E_REPORT, st);
@@ -111,6 +113,17 @@ static void run_all(rt_program *p)
         free(J);
     }
     st = rt_read_io(p, x, y); COUNT(E_READ, st);
+    {   /* batched replay of k rows; a B = 1 "wide" program is the program itself */
+        const int64_t k = 1 + below(3);
+        double *X = dbuf(k * n_in, 1), *V = dbuf(k, 0), *G = dbuf(k * n_grad, 0);
+        double *Y = dbuf(k * m, 0);
+        int64_t row;
+        st = rt_batch_value_and_grad(p, k, X, V, G, &row); COUNT(E_BVG, st);
+        st = rt_batch_forward(p, k, X, Y, &row); COUNT(E_BFWD, st);
+        st = rt_batch_wide(p, 1, n_in, n_grad, p->out_off, (int32_t)below(2), k, X, V, G, &row);
+        COUNT(E_BWIDE, st);
+        free(X); free(V); free(G); free(Y);
+    }
     free(x); free(xd); free(w); free(y); free(g); free(val);
 }
 
@@ -205,8 +218,9 @@ int main(int argc, char **argv)
            "\"refused\": %lld, \"verifier_only\": %lld, \"calls\": {",
            iters, random_progs, verified, refused, skipped);
     for (k = 0; k < E_N; k++)
-        printf("%s\"%s\": [%lld, %lld, %lld, %lld, %lld, %lld]", k ? ", " : "", e_names[k],
-               counts[k][0], counts[k][1], counts[k][2], counts[k][3], counts[k][4], counts[k][5]);
+        printf("%s\"%s\": [%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld]", k ? ", " : "",
+               e_names[k], counts[k][0], counts[k][1], counts[k][2], counts[k][3], counts[k][4],
+               counts[k][5], counts[k][6], counts[k][7]);
     printf("}}\n");
     for (k = 0; k < n_seeds; k++) {
         free(seeds[k].code); free(seeds[k].ints); free(seeds[k].consts);

@@ -14,6 +14,7 @@ from .tape import NULL_TAPE, Tape
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
+from .primitives import defjvp, defvjp, primitive, stop_gradient
 
 __version__ = "0.1.0"
 
@@ -43,4 +44,5 @@ __all__ = [
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
     "BuildMismatchError", "BranchChanged", "StaleTape",
+    "primitive", "defvjp", "defjvp", "stop_gradient",
 ]
