@@ -1240,3 +1240,37 @@ def test_a_batch_refused_at_a_row_reports_that_rows_guard_and_leaves_one_replay(
     tape._replayed_by = ct._arena      # the arena itself holds the last complete row
     np.testing.assert_array_equal(rt.value(tape.inputs[0]), X[1])
     assert rt.value(tape.output) == ct.batch_value_and_gradient(X[:2])[0][1]
+
+
+def test_a_failing_callback_reports_its_own_threads_error():
+    @rt.primitive
+    def picky(x):
+        if x < 0:
+            raise ValueError(f"picky refuses {x!r}")
+        return x * 2.0
+
+    rt.defvjp(picky, lambda ans, x: lambda g: 2.0 * g)
+    ct = rt.compile(rt.GradientTape(lambda x: picky(x) + x, 1.0))
+    seen = []
+
+    def work(k):
+        x = -1.0 - k
+        for _ in range(3000):
+            try:
+                ct.value_and_gradient(x)
+            except rt.ConcurrentUseError:
+                continue
+            except ValueError as e:
+                seen.append((k, str(e)))
+            except rt.RevtapeError as e:
+                seen.append((k, str(e)))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        _hammer(3, work)
+    finally:
+        sys.setswitchinterval(interval)
+    wrong = [(k, msg) for k, msg in seen if msg != f"picky refuses {-1.0 - k!r}"]
+    assert seen and not wrong, f"{len(wrong)} of {len(seen)} errors were another thread's"
+

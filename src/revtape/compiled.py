@@ -602,7 +602,8 @@ class CompiledTape:
             err.row = row
             raise err
         if st == RT_CALLBACK_FAILED and ws is not None:
-            raise ws.take_error() or RevtapeError("a Python callback failed")
+            raise (ws.take_error(any_thread=arena is not None)
+                   or RevtapeError("a Python callback failed"))
         self._status(st)
 
     def bind(self, x_buf, g_buf):
