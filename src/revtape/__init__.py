@@ -11,6 +11,7 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Conv
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
 from .tape import NULL_TAPE, Tape
+from .watch import RandomDrawWarning
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
@@ -43,6 +44,6 @@ __all__ = [
     "jacobian", "hessian", "hvp", "compile", "CompiledTape", "grad", "value_and_grad",
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
-    "BuildMismatchError", "BranchChanged", "StaleTape",
+    "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning",
     "primitive", "defvjp", "defjvp", "stop_gradient",
 ]
