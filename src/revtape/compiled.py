@@ -330,21 +330,24 @@ class CompiledTape:
         # last x and the last out are reused while the caller passes the same
         # arrays (the pointer caches below).
         shape = self._fast_shape
-        if (shape is not None and type(x) is _ND and x.dtype is _F64 and x.shape == shape
-                and x.strides == self._c_strides):
+        if shape is not None and type(x) is _ND and x.dtype is _F64 and x.shape == shape:
+            # a cached pointer is reused only while its array keeps C strides;
+            # a new pointer comes from from_buffer, which refuses anything
+            # non-contiguous (then the checked path below copies)
+            cs = self._c_strides
             if out is None:
                 dest = self._new_out(_empty(shape))
             elif (type(out) is _ND and out.dtype is _F64 and out.shape == shape
-                    and out.strides == self._c_strides and out.flags.writeable):
+                    and out.flags.writeable):
                 dest = self._last_out
-                if dest[0] is not out:
+                if dest[0] is not out or out.strides != cs:
                     dest = self._new_out(out)
                     if dest is not None:
                         self._last_out = dest
             else:
                 return self._value_and_gradient(x, out)
             last_x = self._last_x
-            xp = last_x[1] if last_x[0] is x else self._pointer_to_x(x)
+            xp = last_x[1] if last_x[0] is x and x.strides == cs else self._pointer_to_x(x)
             if xp is not None and dest is not None:
                 st = _vg(self._p, xp, dest[2], dest[1])
                 if st:
