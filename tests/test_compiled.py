@@ -1274,3 +1274,14 @@ def test_a_failing_callback_reports_its_own_threads_error():
     wrong = [(k, msg) for k, msg in seen if msg != f"picky refuses {-1.0 - k!r}"]
     assert seen and not wrong, f"{len(wrong)} of {len(seen)} errors were another thread's"
 
+
+
+def test_the_words_of_batch_programs_cannot_be_changed_after_verification():
+    wl = workloads.eight_schools()
+    ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    X = wl.x0 + 0.01 * np.arange(40.0)[:, None]
+    ct.batch_value_and_gradient(X)                     # builds the wide program
+    assert ct._wide_arenas
+    for arena in ct._wide_arenas:
+        with pytest.raises(ValueError):
+            arena.code.setflags(write=True)

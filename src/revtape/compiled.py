@@ -863,8 +863,9 @@ class _WideArena:
         prog = ct._program
         form, n_slots = form
         if not ct._wide_arenas:
-            code = np.array(_wide.widen(form, B), dtype=np.int32).reshape(-1, compiler.WORDS)
-            code.setflags(write=False)
+            # private read-only memory, like the program's own words
+            code = _frozen(np.array(_wide.widen(form, B), dtype=np.int32),
+                           np.int32).reshape(-1, compiler.WORDS)
         else:
             code = ct._wide_arenas[0].code             # the words are shared, read-only
         self.code = code
