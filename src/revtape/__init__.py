@@ -13,6 +13,7 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Conv
 from .tape import NULL_TAPE, Tape
 from .watch import RandomDrawWarning
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
+from . import linalg, structure
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
 from .primitives import defjvp, defvjp, primitive, stop_gradient
