@@ -81,6 +81,16 @@ def seed_programs():
         fns.append((lambda x: np.sum(sps.gammaln(np.exp(x)) + sps.digamma(2 + x ** 2)
                                      + sps.log_expit(x) + sps.erf(x)
                                      ) + np.sum(sps.logsumexp(x.reshape(2, 2), axis=0)), 4))
+    # structural and linear-algebra ops, where this revtape has them
+    A = np.array([[2.0, 0.3, 0.1], [0.3, 1.5, 0.2], [0.1, 0.2, 1.0]])
+    for f, n in ((lambda x: np.sum(np.linalg.cholesky(A + np.diag(x ** 2)) * x[0]), 3),
+                 (lambda x: np.sum(np.linalg.solve(A + np.diag(x ** 2), x)), 3),
+                 (lambda x: np.sum(np.sort(x) * np.arange(4.0)) + np.sum(np.cumsum(x) ** 2), 4)):
+        try:
+            rt.GradientTape(f, np.linspace(0.2, 0.9, n))
+        except (rt.RevtapeError, TypeError, ValueError):
+            continue
+        fns.append((f, n))
     progs = []
     for f, n in fns:
         x = np.linspace(0.2, 0.9, n)
@@ -105,11 +115,20 @@ def write_seeds(path, progs):
             fh.write(p.consts.astype("<f8").tobytes())
 
 
+def _build_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("_build_vm",
+                                                  ROOT / "src" / "revtape" / "_build_vm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def build(cc, out):
+    sources = [str(_build_module().CSRC / s) for s in _build_module().SOURCES]
     cmd = [cc, "-std=c99", "-O1", "-g", "-fno-omit-frame-pointer",
            "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-           "-D_DEFAULT_SOURCE", f"-I{ROOT / 'csrc'}",
-           str(ROOT / "csrc" / "vm.c"), str(ROOT / "csrc" / "specfun.c"),
+           "-D_DEFAULT_SOURCE", f"-I{ROOT / 'csrc'}", *sources,
            str(ROOT / "tools" / "fuzz_vm_harness.c"), "-lm", "-o", str(out)]
     subprocess.run(cmd, check=True)
 
@@ -122,11 +141,7 @@ PY_TESTS = ("pickle or misaligned or strided or pointer_cache or threads_sharing
 def python_under_sanitizers(bdir, cc="gcc"):
     """Build revtape._vm with ASan+UBSan and run the Python-level hardening
     tests against it; returns (exit code, last lines of output)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("_build_vm",
-                                                  ROOT / "src" / "revtape" / "_build_vm.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _build_module()
     pkg = bdir / "py"
     if pkg.exists():
         shutil.rmtree(pkg)
