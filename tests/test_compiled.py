@@ -1285,3 +1285,25 @@ def test_the_words_of_batch_programs_cannot_be_changed_after_verification():
     for arena in ct._wide_arenas:
         with pytest.raises(ValueError):
             arena.code.setflags(write=True)
+
+
+def test_pivots_overwritten_between_sweeps_never_index_out_of_bounds():
+    # The LU pivots of a solve are data in the value arena between the forward
+    # and the reverse sweep; a crafted program can overwrite them (the verifier
+    # checks offsets, not values).  The reverse sweep must check them.
+    A = np.array([[2.0, 0.3, 0.1], [0.3, 1.5, 0.2], [0.1, 0.2, 1.0]])
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum(np.linalg.solve(A + np.diag(x ** 2), x)),
+                                    np.array([0.2, 0.5, 0.9])))
+    fn, state, tape, guards, n_grad = _pickled_parts(ct)
+    code = state["code"]
+    k = next(i for i, row in enumerate(code) if ops.VM_OPCODES[row[0] & 0xFFFF] == "SOLVE")
+    N, scratch = int(state["ints"][code[k, 5]]), int(state["ints"][code[k, 5] + 3])
+    piv, a = scratch + N * N, int(code[k, 3])
+    exp = ops.VM_OPCODES.index("EXP")
+    crafted = [[exp, 1, piv, a, 0, 0], [exp, 1, piv, piv, 0, 0]]    # pivot 0 -> e^e^2 ~ 2200
+    state["code"] = np.ascontiguousarray(
+        np.concatenate([code[:k + 1], np.array(crafted, np.int32), code[k + 1:]]), np.int32)
+    bad = fn(state, None, guards, n_grad)
+    g = bad.gradient(np.array([0.2, 0.5, 0.9]))
+    assert np.isnan(g).all()
+    assert np.isnan(bad.jacobian(np.array([0.2, 0.5, 0.9]))).all()
