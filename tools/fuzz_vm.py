@@ -135,7 +135,7 @@ def build(cc, out):
 
 PY_TESTS = ("pickle or misaligned or strided or pointer_cache or threads_sharing or own_thread "
             "or refused or fuzz or verifier or guard_location or absurd or half_written "
-            "or program_after or callback or batch")
+            "or program_after or callback or batch or pivots")
 
 
 def python_under_sanitizers(bdir, cc="gcc"):
