@@ -23,7 +23,7 @@ def solve(n=20):
     x0[1::2] = 1.0
     ctape = rt.compile(rt.HessianTape(rosenbrock, x0))
     res = minimize(ctape.forward, x0, jac=ctape.gradient, hessp=ctape.hvp,
-                   method="trust-krylov", options={"gtol": 1e-10})
+                   method="trust-krylov", options={"gtol": 1e-8})
     return res
 
 
