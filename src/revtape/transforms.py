@@ -486,7 +486,7 @@ class _Replica:
                 _copyto(view, a, casting="unsafe")     # dtype kinds are checked in _split
         st = _vg(self.p, _NULL, self.value, self.g_ptr)
         if st:
-            self.status(st)
+            self.status(st, _NULL)
         g = self.g.copy()
         return self.value[0], (g if self.g_split is None else self.g_split(g, None))
 
