@@ -14,6 +14,7 @@ from .tape import NULL_TAPE, Tape
 from .watch import RandomDrawWarning
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from . import linalg, structure
+from .structure import array
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
 from .primitives import defjvp, defvjp, primitive, stop_gradient
@@ -46,5 +47,5 @@ __all__ = [
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
     "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning",
-    "primitive", "defvjp", "defjvp", "stop_gradient",
+    "primitive", "defvjp", "defjvp", "stop_gradient", "array",
 ]

@@ -131,7 +131,9 @@ class Tracked:
                               "np.asarray internally cannot be traced; for logsumexp use "
                               "revtape.special.logsumexp; for scipy.linalg's solve_triangular, "
                               "cholesky, cho_factor, cho_solve, solve, inv, det imported before "
-                              "revtape use revtape.linalg's.)")
+                              "revtape use revtape.linalg's. A list holding tracked values "
+                              "becomes an array with np.stack(list) or rt.array(list): "
+                              "np.array always makes a plain ndarray.)")
 
     def item(self, *args):
         raise ConversionError(_NO_FLOAT.format(what="float"))
@@ -507,7 +509,10 @@ def getitem(x, key):
         if not -n <= key < n:
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {n}")
         return _record1(_ITEM, x, {"i": key % n})
-    if istracked(key) or (isinstance(key, tuple) and any(istracked(k) for k in key)):
+    if istracked(key):
+        from .structure import masked_getitem   # x[x > c]: a guarded gather
+        return masked_getitem(x, key)
+    if isinstance(key, tuple) and any(istracked(k) for k in key):
         raise UnsupportedError("indexing with a tracked value depends on the data; use np.where "
                                "or index with plain integers")
     idx = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[key]
