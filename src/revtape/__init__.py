@@ -14,12 +14,13 @@ from .tape import NULL_TAPE, Tape
 from .watch import RandomDrawWarning
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from . import linalg, structure
-from .structure import array
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
 from .primitives import defjvp, defvjp, primitive, stop_gradient
 
 __version__ = "0.1.0"
+
+from .structure import array  # noqa: E402  (rt.array: lists mixing tracked values and floats)
 
 
 def compile(tape, guards=True):
@@ -47,5 +48,6 @@ __all__ = [
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
     "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning",
-    "primitive", "defvjp", "defjvp", "stop_gradient", "array",
+    "primitive", "defvjp", "defjvp", "stop_gradient",
 ]
+__all__.append("array")

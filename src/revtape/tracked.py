@@ -131,9 +131,7 @@ class Tracked:
                               "np.asarray internally cannot be traced; for logsumexp use "
                               "revtape.special.logsumexp; for scipy.linalg's solve_triangular, "
                               "cholesky, cho_factor, cho_solve, solve, inv, det imported before "
-                              "revtape use revtape.linalg's. A list holding tracked values "
-                              "becomes an array with np.stack(list) or rt.array(list): "
-                              "np.array always makes a plain ndarray.)")
+                              "revtape use revtape.linalg's.)")
 
     def item(self, *args):
         raise ConversionError(_NO_FLOAT.format(what="float"))
