@@ -282,3 +282,15 @@ def test_mvn_reference_and_compiled():
         np.testing.assert_allclose(gc, gn, rtol=1e-10, atol=1e-12 * np.abs(gn).max())
     big = W.mvn()
     assert big.x0.shape == (100 + 100 * 100,) and big.data["Y"].shape == (20, 100)
+
+
+def test_radon_hessian_compiled_vs_reference_vs_fd():
+    import revtape as rt
+    w = W.radon(N=40, J=5, seed=4)
+    tape = rt.GradientTape(w.f, w.x0)
+    H = rt.compile(tape).hessian(w.x0)
+    np.testing.assert_allclose(H, tape.hessian(w.x0), rtol=1e-11, atol=1e-11 * np.abs(H).max())
+    h = 1e-5
+    fd = np.stack([(w.numpy_vg(w.x0 + h * e)[1] - w.numpy_vg(w.x0 - h * e)[1]) / (2 * h)
+                   for e in np.eye(w.x0.size)], axis=1)
+    np.testing.assert_allclose(H, fd, rtol=1e-6, atol=1e-6 * np.abs(H).max())
