@@ -237,3 +237,20 @@ def test_sum_where_with_tracked_and_plain_masks():
 def test_sum_where_mask_must_broadcast():
     with pytest.raises(ValueError, match="broadcast"):
         rt.GradientTape(lambda x: np.sum(x, where=np.array([True, False])), X0)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(axis=1), dict(axis=0, keepdims=True)])
+def test_mean_where_with_tracked_and_plain_masks(kw):
+    A0 = np.array([[0.3, -0.7, 1.2], [0.9, -1.6, 0.1]])
+    plain = np.array([[True, False, True], [False, True, True]])
+
+    def f(a):
+        return (np.sum(np.mean(a ** 2, where=a > -1.0, **kw) * 1.5)
+                + np.sum(np.mean(np.exp(a), where=plain, **kw)))
+    check_all(f, A0)
+    # nothing selected in a row: 0/0 = nan, as numpy
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning, match="empty slice"):
+        want = np.mean(A0, axis=1, where=A0 > 5)
+    with np.errstate(invalid="ignore"):
+        got = rt.value(rt.JacobianTape(lambda a: np.mean(a, axis=1, where=a > 5), A0).output)
+    assert np.all(np.isnan(want)) and np.all(np.isnan(got))

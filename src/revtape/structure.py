@@ -474,6 +474,29 @@ _t.HANDLED_FUNCTIONS.update({
 _t.HANDLED_FUNCTIONS[np.sum] = _where_reduce(np.sum, 0.0)
 _t.HANDLED_FUNCTIONS[np.prod] = _where_reduce(np.prod, 1.0)
 
+
+def _mean_where(inner=_t.HANDLED_FUNCTIONS[np.mean]):
+    def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+        """np.mean with where=: the masked sum over the number of selected
+        elements (itself a sum of the mask: no gradient; 0/0 = nan where
+        nothing is selected, as numpy)."""
+        if where is True or where is _t._NOVALUE:
+            return inner(a, axis=axis, dtype=dtype, out=out, keepdims=keepdims)
+        _refuse("mean", out=out)
+        _dtype_ok("mean", dtype)
+        total = _t.HANDLED_FUNCTIONS[np.sum](a, axis=axis, keepdims=keepdims, where=where)
+        ones = np.ones(_shape(a))
+        if istracked(where):
+            count = _t.reduce("sum", P.where(where, ones, 0.0), axis, keepdims)
+        else:
+            count = np.sum(np.broadcast_to(np.asarray(where, dtype=bool), _shape(a)), axis=axis,
+                           keepdims=bool(keepdims), dtype=np.float64)[()]
+        return P.div(total, count)
+    return mean
+
+
+_t.HANDLED_FUNCTIONS[np.mean] = _mean_where()
+
 # np.logaddexp.reduce is a log-sum-exp along the axis (one instruction)
 _t._REDUCE_UFUNCS.setdefault(np.logaddexp, "logsumexp")
 
