@@ -436,66 +436,12 @@ def masked_getitem(x, key):
     return P.take(x, idx=np.ascontiguousarray(idx))
 
 
-# ---------------------------------------------------------------- np.sum(..., where=mask)
-
-def _where_reduce(fn, identity):
-    """np.sum/np.prod with where=: the masked-out elements become the
-    reduction's identity by a select (np.where, no guard: the result is a
-    piecewise function of x, like np.where's), then the plain reduction.  The
-    mask may be a plain boolean array or a tracked comparison result; it
-    broadcasts to x's shape as numpy's does.  Other keywords go on to the
-    reduction unchanged."""
-    inner = _t.HANDLED_FUNCTIONS[fn]
-
-    def handler(a, *args, **kw):
-        where = kw.pop("where", True)
-        if where is True or where is _t._NOVALUE:
-            return inner(a, *args, **kw)
-        shape = _shape(a)
-        mshape = _shape(where) if istracked(where) else np.shape(where)
-        if np.broadcast_shapes(mshape, shape) != shape:
-            raise ValueError(f"np.{fn.__name__}(..., where=): a mask of shape {mshape} does not "
-                             f"broadcast to the array's shape {shape}")
-        if not istracked(where):
-            where = np.asarray(where, dtype=bool).astype(np.float64)
-        return inner(P.where(where, a, identity), *args, **kw)
-
-    handler.__name__ = fn.__name__
-    return handler
-
-
 _t.HANDLED_FUNCTIONS.update({
     np.cumsum: cumsum, np.cumprod: cumprod, np.sort: sort, np.argsort: argsort,
     np.argmax: argmax, np.argmin: argmin, np.einsum: einsum, np.tensordot: tensordot,
     np.append: append, np.polyval: polyval,
     np.concatenate: concatenate, np.stack: stack, np.hstack: hstack, np.vstack: vstack,
 })
-
-_t.HANDLED_FUNCTIONS[np.sum] = _where_reduce(np.sum, 0.0)
-_t.HANDLED_FUNCTIONS[np.prod] = _where_reduce(np.prod, 1.0)
-
-
-def _mean_where(inner=_t.HANDLED_FUNCTIONS[np.mean]):
-    def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
-        """np.mean with where=: the masked sum over the number of selected
-        elements (itself a sum of the mask: no gradient; 0/0 = nan where
-        nothing is selected, as numpy)."""
-        if where is True or where is _t._NOVALUE:
-            return inner(a, axis=axis, dtype=dtype, out=out, keepdims=keepdims)
-        _refuse("mean", out=out)
-        _dtype_ok("mean", dtype)
-        total = _t.HANDLED_FUNCTIONS[np.sum](a, axis=axis, keepdims=keepdims, where=where)
-        ones = np.ones(_shape(a))
-        if istracked(where):
-            count = _t.reduce("sum", P.where(where, ones, 0.0), axis, keepdims)
-        else:
-            count = np.sum(np.broadcast_to(np.asarray(where, dtype=bool), _shape(a)), axis=axis,
-                           keepdims=bool(keepdims), dtype=np.float64)[()]
-        return P.div(total, count)
-    return mean
-
-
-_t.HANDLED_FUNCTIONS[np.mean] = _mean_where()
 
 # np.logaddexp.reduce is a log-sum-exp along the axis (one instruction)
 _t._REDUCE_UFUNCS.setdefault(np.logaddexp, "logsumexp")
