@@ -544,7 +544,7 @@ def _normalise_argnums(argnums):
 class GradFunction:
     """The function returned by rt.grad / rt.value_and_grad."""
 
-    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False,
+    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False, *,
                  cache_size=DEFAULT_CACHE_SIZE):
         if on_stale not in ("rerecord", "raise"):
             raise ValueError("on_stale must be 'rerecord' or 'raise'")
@@ -960,7 +960,7 @@ class _DrawInputs:
 
 
 def _rebuild_grad(fun, argnums, on_stale, with_value, cache_size):
-    return GradFunction(fun, argnums, on_stale, with_value, cache_size)
+    return GradFunction(fun, argnums, on_stale, with_value, cache_size=cache_size)
 
 
 def _check_picklable(fun, name):
@@ -1034,13 +1034,13 @@ def _static_key(a, where="argument"):
     return (t, a)     # kept alive by the cache: its id is never reused while cached
 
 
-def grad(fun, argnums=0, on_stale="rerecord", cache_size=DEFAULT_CACHE_SIZE):
+def grad(fun, argnums=0, on_stale="rerecord", *, cache_size=DEFAULT_CACHE_SIZE):
     """grad(f)(x) -> gradient; recorded and compiled on the first call per input
     structure, replayed after, re-recorded when a guard fails.  The cache keeps
     the `cache_size` most recently used input structures (None: unbounded)."""
     return GradFunction(fun, argnums, on_stale, with_value=False, cache_size=cache_size)
 
 
-def value_and_grad(fun, argnums=0, on_stale="rerecord", cache_size=DEFAULT_CACHE_SIZE):
+def value_and_grad(fun, argnums=0, on_stale="rerecord", *, cache_size=DEFAULT_CACHE_SIZE):
     """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad."""
     return GradFunction(fun, argnums, on_stale, with_value=True, cache_size=cache_size)
