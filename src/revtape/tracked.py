@@ -111,7 +111,7 @@ def _math_advice(general=True):
 class Tracked:
     """Common behaviour of TrackedReal and TrackedArray."""
 
-    __slots__ = ("_tape", "_id", "_const")
+    __slots__ = ("_tape", "_id", "_const", "__weakref__")
     _is_tracked = True
     __array_priority__ = 1000
 
