@@ -98,4 +98,8 @@ int rt_jacobian_fwd(rt_program *p, const double *x, double *y, double *J);
 const char *rt_op_table_hash(void);
 int32_t rt_num_ops(void);
 
+/* out[i] = op(xs[i] (, ys[i])) for an elementwise opcode (binary: its _VV
+ * form); no program needed.  Returns 0, or -1 for any other opcode. */
+int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys, double *out);
+
 #endif

@@ -613,6 +613,7 @@ HANDLED_FUNCTIONS = {
     np.empty_like: _plain_like(np.zeros_like),
     np.full_like: lambda x, fill_value, **k: np.full(shape_of(_value_of(x)), fill_value),
     np.copy: lambda x, **k: x,
+    np.sinc: P.sinc,
     np.take: lambda x, indices, axis=None, **k: (
         getitem(reshape(x, (-1,)), indices) if axis is None else getitem(
             x, (slice(None),) * (axis % np.ndim(_value_of(x))) + (indices,))),
@@ -635,6 +636,12 @@ _UFUNC_OPS = {
     np.logical_and: "logical_and", np.logical_or: "logical_or", np.logical_not: "logical_not",
     np.sign: "sign", np.floor: "floor", np.ceil: "ceil",
 }
+_UFUNC_OPS.update({np.arcsin: "arcsin", np.arccos: "arccos", np.arcsinh: "arcsinh",
+                   np.arccosh: "arccosh", np.arctanh: "arctanh"})
+if _sps is not None:
+    _UFUNC_OPS.update({getattr(_sps, n): n for n in (
+        "erfc", "erfcx", "ndtr", "log_ndtr", "ndtri", "logit", "i0e", "i1e", "xlog1py",
+        "betaln")})
 if _sps is not None:
     _UFUNC_OPS.update({_sps.gammaln: "gammaln", _sps.digamma: "digamma", _sps.expit: "expit",
                        _sps.log_expit: "log_expit", _sps.erf: "erf", _sps.xlogy: "xlogy"})
