@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "4b8036c5f6e789db"
+#define RT_OP_TABLE_HASH "bad923d2d9d59d95"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -79,6 +79,12 @@
     X(BETALN_VV) \
     X(BETALN_VS) \
     X(BETALN_SV) \
+    X(GAMMAINC_VV) \
+    X(GAMMAINC_VS) \
+    X(GAMMAINC_SV) \
+    X(GAMMAINCC_VV) \
+    X(GAMMAINCC_VS) \
+    X(GAMMAINCC_SV) \
     X(AZMUL_VV) \
     X(AZMUL_VS) \
     X(AZMUL_SV) \
@@ -196,6 +202,8 @@
     X(ARCTAN2, (atan2(x, y)), (y / (x * x + y * y)), (-x / (x * x + y * y))) \
     X(XLOG1PY, (rt_xlog1py(x, y)), (log1p(y)), (x / (1.0 + y))) \
     X(BETALN, (rt_betaln(x, y)), (rt_digamma(x) - rt_digamma(x + y)), (rt_digamma(y) - rt_digamma(x + y))) \
+    X(GAMMAINC, (rt_gammainc(x, y)), (0.0), (rt_gammainc_dx(x, y))) \
+    X(GAMMAINCC, (rt_gammaincc(x, y)), (0.0), (-rt_gammainc_dx(x, y))) \
     X(AZMUL, (x == 0.0 ? 0.0 : x * y), (y), (x))
 
 /* Non-differentiable binary ops (comparisons, masks): X(NAME, value in x y) */

@@ -23,6 +23,9 @@
  *   rt_sinc          numpy's sinc (and its derivative, given f = sinc(x))
  *   rt_xlog1py       scipy's xlog1py: 0 when x == 0 and y is not nan
  *   rt_betaln        log|B(a, b)|, without the lgamma cancellation for large a
+ *   rt_gammainc      regularised lower incomplete gamma P(a, x) (scipy's gammainc)
+ *   rt_gammaincc     Q(a, x) = 1 - P(a, x), relative-accurate in its own tail
+ *   rt_gammainc_dx   dP/dx = x^(a-1) e^-x / Gamma(a)
  */
 #ifndef REVTAPE_SPECFUN_H
 #define REVTAPE_SPECFUN_H
@@ -47,5 +50,8 @@ double rt_sinc(double x);
 double rt_sinc_deriv(double x, double f);
 double rt_xlog1py(double x, double y);
 double rt_betaln(double a, double b);
+double rt_gammainc(double a, double x);
+double rt_gammaincc(double a, double x);
+double rt_gammainc_dx(double a, double x);
 
 #endif

@@ -342,6 +342,24 @@ _binary("betaln", _scipy_special("betaln"), "rt_betaln(x, y)",
         (lambda f, x, y: P.sub(P.digamma(x), P.digamma(P.add(x, y))),
          lambda f, x, y: P.sub(P.digamma(y), P.digamma(P.add(x, y)))),
         ("rt_digamma(x) - rt_digamma(x + y)", "rt_digamma(y) - rt_digamma(x + y)"))
+
+
+def _no_shape_derivative(f, a, x):
+    raise UnsupportedError("the derivative of gammainc/gammaincc with respect to the shape a "
+                           "is not implemented; pass a as a constant (only x may be tracked)")
+
+
+# Regularised incomplete gamma P(a, x) and Q(a, x): differentiable in x only
+# (the callers refuse a tracked a when recording, so a's C partial is never
+# needed and is written as 0).
+_binary("gammainc", _scipy_special("gammainc"), "rt_gammainc(x, y)",
+        (_no_shape_derivative, lambda f, a, x: P.exp(P.sub(P.sub(
+            P.xlogy(P.sub(a, 1.0), x), x), P.gammaln(a)))),
+        ("0.0", "rt_gammainc_dx(x, y)"))
+_binary("gammaincc", _scipy_special("gammaincc"), "rt_gammaincc(x, y)",
+        (_no_shape_derivative, lambda f, a, x: P.neg(P.exp(P.sub(P.sub(
+            P.xlogy(P.sub(a, 1.0), x), x), P.gammaln(a))))),
+        ("0.0", "-rt_gammainc_dx(x, y)"))
 # azmul: absolute-zero multiply, 0 * anything = 0.  Reverse rules use it so that a
 # zero adjoint never becomes nan through an infinite partial.
 _binary("azmul", lambda x, y: np.where(np.asarray(x) == 0, 0.0, np.multiply(x, y))[()],

@@ -40,6 +40,14 @@ xlog1py = P.xlog1py
 betaln = P.betaln
 
 
+# Regularised incomplete gamma functions, differentiable in x only (a
+# tracked shape a is refused: its derivative is not implemented).
+from .tracked import _gammainc_in_x  # noqa: E402
+
+gammainc = _gammainc_in_x("gammainc")
+gammaincc = _gammainc_in_x("gammaincc")
+
+
 def log_softmax(x, axis=None):
     """(x - max) - logsumexp(x - max), as scipy.special.log_softmax.
 
@@ -75,4 +83,4 @@ def multigammaln(a, d):
 
 __all__ = ["gammaln", "digamma", "expit", "log_expit", "erf", "xlogy", "logsumexp",
            "erfc", "erfcx", "ndtr", "log_ndtr", "ndtri", "logit", "i0e", "i1e", "xlog1py",
-           "betaln", "softmax", "log_softmax", "multigammaln"]
+           "betaln", "gammainc", "gammaincc", "softmax", "log_softmax", "multigammaln"]

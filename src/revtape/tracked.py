@@ -60,6 +60,39 @@ _NO_FLOAT = ("cannot turn a tracked value into a plain {what}: the gradient thro
              "ndarray -- or take rt.value(v) if you really want a constant")
 
 
+def _drop_in_hint():
+    """Names revtape's drop-in for the scipy function that tried np.asarray on
+    a tracked value: the outermost scipy.stats / scipy.special frame below the
+    caller's code (only on this error path, so the frame walk costs nothing
+    otherwise)."""
+    import sys
+    frame, found = sys._getframe(2), None
+    while frame is not None:
+        mod = frame.f_globals.get("__name__", "")
+        if mod.startswith(("scipy.stats", "scipy.special")):
+            found = frame
+        elif found is not None:
+            break
+        frame = frame.f_back
+    if found is not None:
+        mod, fname = found.f_globals.get("__name__", ""), found.f_code.co_name
+        if mod.startswith("scipy.stats"):
+            dist = found.f_locals.get("self")
+            dist = getattr(dist, "dist", dist)            # frozen distributions
+            name = getattr(dist, "name", None)
+            if not isinstance(name, str):     # multivariate: multivariate_normal_gen
+                cls = type(dist).__name__
+                name = cls[:-4] if cls.endswith("_gen") else None
+            if name is not None:
+                return (f"scipy.stats.{name}.{fname} cannot trace; use "
+                        f"revtape.stats.{name}.{fname} (same arguments)")
+            return "for scipy.stats log densities use revtape.stats (same names and arguments)"
+        return (f"scipy.special.{fname} cannot trace; use revtape.special.{fname} "
+                "where it exists (see the README's rt.special table)")
+    return ("for scipy.special.logsumexp/softmax use revtape.special, for scipy.stats log "
+            "densities revtape.stats")
+
+
 class Tracked:
     """Common behaviour of TrackedReal and TrackedArray."""
 
@@ -128,8 +161,8 @@ class Tracked:
             box[()] = self
             return box
         raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
-                              "np.asarray internally cannot be traced; for logsumexp use "
-                              "revtape.special.logsumexp.)")
+                              "np.asarray internally cannot be traced; "
+                              + _drop_in_hint() + ")")
 
     def item(self, *args):
         raise ConversionError(_NO_FLOAT.format(what="float"))
@@ -646,6 +679,19 @@ if _sps is not None:
     _UFUNC_OPS.update({_sps.gammaln: "gammaln", _sps.digamma: "digamma", _sps.expit: "expit",
                        _sps.log_expit: "log_expit", _sps.erf: "erf", _sps.xlogy: "xlogy"})
 
+
+
+def _gammainc_in_x(name):
+    def f(a, x):
+        if istracked(a):
+            raise UnsupportedError(
+                f"scipy.special.{name}(a, x) on tracked values is differentiable in x only: "
+                "the derivative with respect to the shape a is not implemented; pass a as a "
+                "plain number or array")
+        return getattr(P, name)(a, x)
+    return f
+
+
 _UFUNC_COMPARE = {np.less: "lt", np.less_equal: "le", np.greater: "gt",
                   np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne"}
 
@@ -661,6 +707,11 @@ _UFUNC_SPECIAL = {
     np.isfinite: lambda x: np.isfinite(_value_of(x)),
     np.isinf: lambda x: np.isinf(_value_of(x)),
 }
+
+
+if _sps is not None:
+    _UFUNC_SPECIAL.update({_sps.gammainc: _gammainc_in_x("gammainc"),
+                           _sps.gammaincc: _gammainc_in_x("gammaincc")})
 
 
 def _polygamma(n, x):

@@ -1,0 +1,482 @@
+"""Log densities with scipy.stats's names, argument names and parameterisations.
+
+    rt.stats.norm.logpdf(x, loc=0, scale=1)
+    rt.stats.gamma.logpdf(x, a, loc=0, scale=1)
+    rt.stats.poisson.logpmf(k, mu, loc=0)
+
+Each is built from op-table primitives, so on tracked values it records a
+few array instructions (no Python per call once compiled) and on plain
+values it computes with numpy.  The formulas follow scipy's own (so that
+the two agree to rounding), and so do the conventions:
+
+* the output has the broadcast shape of all arguments;
+* outside the support (scipy's closed interval, integers for the discrete
+  ones) the value is -inf, selected with np.where, so that the gradient there
+  is 0 and never nan;
+* an invalid parameter (scale <= 0, p outside [0, 1], ...) gives nan, as
+  scipy's does; nan in gives nan out.
+
+Masks are computed with the comparison primitives (never Python `if`), so
+they record as select instructions and a compiled replay evaluates them
+again at its own parameters: no branch guards.
+"""
+
+import math
+
+import numpy as np
+
+from . import special as _sp
+from .errors import UnsupportedError
+from .ops import P
+from .tracked import istracked
+from .tracked import value as _value
+
+_INF = math.inf
+_LOG_2PI = math.log(2.0 * math.pi)
+_LOG_PI = math.log(math.pi)
+
+
+# ---------------------------------------------------------------- helpers
+
+def _const(v, c):
+    """v is the plain constant c (so the operation with it can be skipped)."""
+    return (not istracked(v)) and np.ndim(v) == 0 and float(v) == c
+
+
+def _plain_false(m):
+    return m is None or (not istracked(m) and not np.any(m))
+
+
+def _or(*masks):
+    out = None
+    for m in masks:
+        if _plain_false(m):
+            continue
+        out = m if out is None else P.logical_or(out, m)
+    return out
+
+
+def _select(mask, a, b):
+    """np.where(mask, a, b), skipped (b) when mask is a plain all-false mask."""
+    if _plain_false(mask):
+        return b
+    return P.where(mask, a, b)
+
+
+def _shape(*args):
+    return np.broadcast_shapes(*[np.shape(_value(a)) for a in args])
+
+
+def _finish(lp, shape):
+    """lp with the broadcast shape of all arguments (scipy's output shape)."""
+    if np.shape(_value(lp)) != tuple(shape):
+        lp = lp + np.zeros(shape)
+    return lp
+
+
+def _standardize(x, loc, scale):
+    z = x if _const(loc, 0.0) else x - loc
+    return z if _const(scale, 1.0) else z / scale
+
+
+def _minus_log_scale(lp, scale):
+    return lp if _const(scale, 1.0) else lp - np.log(scale)
+
+
+def _lt(a, b):
+    return P.lt(a, b)
+
+
+def _gt(a, b):
+    return P.gt(a, b)
+
+
+def _le(a, b):
+    return P.le(a, b)
+
+
+def _not_integer(v):
+    """v - floor(v) > 0: false for nan (which then flows through as nan)."""
+    if not istracked(v) and np.all(np.floor(v) == v):
+        return None
+    return P.gt(P.sub(v, P.floor(v)), 0.0)
+
+
+def _result(lp, outside, invalid, shape):
+    lp = _select(outside, -_INF, lp)
+    lp = _select(invalid, math.nan, lp)
+    return _finish(lp, shape)
+
+
+def _bad_scale(scale):
+    return None if _const(scale, 1.0) else _le(scale, 0.0)
+
+
+def _cosm1(x):
+    # cos(x) - 1 = -2 sin^2(x/2), without cos's cancellation near 0 (scipy's cosm1)
+    return -2.0 * np.square(np.sin(0.5 * x))
+
+
+def _quiet(method):
+    import functools
+
+    @functools.wraps(method)
+    def quiet(*args, **kwargs):
+        # outside the support the unselected branch may take log(-1): numbers, not warnings
+        with np.errstate(all="ignore"):
+            return method(*args, **kwargs)
+    return quiet
+
+
+class _Dist:
+    """One distribution: its methods are scipy's, with scipy's signatures."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        for m in ("logpdf", "logpmf", "logcdf", "logsf"):
+            if m in cls.__dict__:
+                setattr(cls, m, _quiet(cls.__dict__[m]))
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"<revtape.stats.{self.name}>"
+
+
+# ---------------------------------------------------------------- continuous
+
+class _Norm(_Dist):
+    def logpdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _minus_log_scale(-0.5 * np.square(z) - 0.5 * _LOG_2PI, scale)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
+    def logcdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        return _result(P.log_ndtr(z), None, _bad_scale(scale), _shape(x, loc, scale))
+
+    def logsf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        return _result(P.log_ndtr(-z), None, _bad_scale(scale), _shape(x, loc, scale))
+
+
+class _Halfnorm(_Dist):
+    def logpdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _minus_log_scale(0.5 * math.log(2.0 / math.pi) - 0.5 * np.square(z), scale)
+        return _result(lp, _lt(z, 0.0), _bad_scale(scale), _shape(x, loc, scale))
+
+
+def _log_diff_exp(la, lb):
+    """log(exp(la) - exp(lb)) for la >= lb (scipy's _log_diff)."""
+    return la + np.log(-np.expm1(lb - la))
+
+
+def _log_gauss_mass(a, b):
+    """log(Phi(b) - Phi(a)), as scipy: in the left tail as a difference of
+    log-cdfs, the right tail by symmetry, the centre as log1p(-Phi(a) - Phi(-b))."""
+    left = _log_diff_exp(P.log_ndtr(b), P.log_ndtr(a))
+    right = _log_diff_exp(P.log_ndtr(-a), P.log_ndtr(-b))
+    central = np.log1p(-P.ndtr(a) - P.ndtr(-b))
+    return P.where(_le(b, 0.0), left, P.where(_gt(a, 0.0), right, central))
+
+
+class _Truncnorm(_Dist):
+    def logpdf(self, x, a, b, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = -0.5 * np.square(z) - 0.5 * _LOG_2PI - _log_gauss_mass(a, b)
+        lp = _minus_log_scale(lp, scale)
+        outside = _or(_lt(z, a), _gt(z, b))
+        invalid = _or(_bad_scale(scale), P.ge(a, b))
+        return _result(lp, outside, invalid, _shape(x, a, b, loc, scale))
+
+
+def _cauchy_std(z):
+    # scipy's two branches: log1p(z^2) for |z| < 1, 2 log|z| + log1p(1/z^2) beyond
+    # (no overflow of z^2)
+    az = np.abs(z)
+    small = -_LOG_PI - np.log1p(np.square(az))
+    big_z = P.where(_lt(az, 1.0), 1.0, az)
+    big = -_LOG_PI - (2.0 * np.log(big_z) + np.log1p(np.square(1.0 / big_z)))
+    return P.where(_lt(az, 1.0), small, big)
+
+
+class _Cauchy(_Dist):
+    def logpdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _minus_log_scale(_cauchy_std(z), scale)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
+
+class _Halfcauchy(_Dist):
+    def logpdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _minus_log_scale(math.log(2.0 / math.pi) - np.log1p(np.square(z)), scale)
+        return _result(lp, _lt(z, 0.0), _bad_scale(scale), _shape(x, loc, scale))
+
+
+class _T(_Dist):
+    def logpdf(self, x, df, loc=0.0, scale=1.0):
+        # log Gamma((df+1)/2) - log Gamma(df/2) = log Gamma(1/2) - betaln(df/2, 1/2):
+        # accurate for large df, where the two gammalns cancel.
+        z = _standardize(x, loc, scale)
+        half = 0.5 * df
+        lp = (-P.betaln(half, 0.5) - 0.5 * np.log(df)
+              - (half + 0.5) * np.log1p(np.square(z) / df))
+        lp = _minus_log_scale(lp, scale)
+        return _result(lp, None, _or(_bad_scale(scale), _le(df, 0.0)), _shape(x, df, loc, scale))
+
+
+class _Laplace(_Dist):
+    def logpdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _minus_log_scale(-np.abs(z) - math.log(2.0), scale)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
+
+class _Logistic(_Dist):
+    def logpdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        y = -np.abs(z)
+        lp = _minus_log_scale(y - 2.0 * np.log1p(np.exp(y)), scale)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
+    def logcdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        return _result(P.log_expit(z), None, _bad_scale(scale), _shape(x, loc, scale))
+
+    def logsf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        return _result(P.log_expit(-z), None, _bad_scale(scale), _shape(x, loc, scale))
+
+
+class _Expon(_Dist):
+    def logpdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        return _result(_minus_log_scale(-z, scale), _lt(z, 0.0), _bad_scale(scale),
+                       _shape(x, loc, scale))
+
+    def logcdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        return _result(np.log(-np.expm1(-z)), _lt(z, 0.0), _bad_scale(scale),
+                       _shape(x, loc, scale))
+
+    def logsf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        # below the support the survival function is 1: log 1 = 0
+        lp = _select(_lt(z, 0.0), 0.0, -z)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
+
+def _plain_shape_param(a, what):
+    if istracked(a):
+        raise UnsupportedError(
+            f"rt.stats.gamma.{what} is differentiable in x, loc and scale only: the "
+            "derivative of the incomplete gamma function with respect to the shape a is not "
+            "implemented; pass a as a plain number or array (logpdf has every gradient)")
+
+
+class _Gamma(_Dist):
+    def logpdf(self, x, a, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _minus_log_scale(P.xlogy(a - 1.0, z) - z - P.gammaln(a), scale)
+        return _result(lp, _lt(z, 0.0), _or(_bad_scale(scale), _le(a, 0.0)),
+                       _shape(x, a, loc, scale))
+
+    def logcdf(self, x, a, loc=0.0, scale=1.0):
+        _plain_shape_param(a, "logcdf")
+        z = _standardize(x, loc, scale)
+        zc = _select(_lt(z, 0.0), 0.0, z)      # gammainc is nan below 0: keep it finite
+        return _result(np.log(P.gammainc(a, zc)), _lt(z, 0.0),
+                       _or(_bad_scale(scale), _le(a, 0.0)), _shape(x, a, loc, scale))
+
+    def logsf(self, x, a, loc=0.0, scale=1.0):
+        _plain_shape_param(a, "logsf")
+        z = _standardize(x, loc, scale)
+        below = _lt(z, 0.0)
+        zc = _select(below, 0.0, z)
+        lp = _select(below, 0.0, np.log(P.gammaincc(a, zc)))
+        return _result(lp, None, _or(_bad_scale(scale), _le(a, 0.0)), _shape(x, a, loc, scale))
+
+
+class _Invgamma(_Dist):
+    def logpdf(self, x, a, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _minus_log_scale(-(a + 1.0) * np.log(z) - P.gammaln(a) - 1.0 / z, scale)
+        # at z = 0 scipy's formula gives -inf (through -1/z): kept, it is in the support
+        return _result(lp, _lt(z, 0.0), _or(_bad_scale(scale), _le(a, 0.0)),
+                       _shape(x, a, loc, scale))
+
+
+class _Beta(_Dist):
+    def logpdf(self, x, a, b, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = P.xlog1py(b - 1.0, -z) + P.xlogy(a - 1.0, z) - P.betaln(a, b)
+        lp = _minus_log_scale(lp, scale)
+        return _result(lp, _or(_lt(z, 0.0), _gt(z, 1.0)),
+                       _or(_bad_scale(scale), _le(a, 0.0), _le(b, 0.0)),
+                       _shape(x, a, b, loc, scale))
+
+
+class _Lognorm(_Dist):
+    def logpdf(self, x, s, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        zero = P.eq(z, 0.0)
+        zs = _select(zero, 1.0, z)
+        lp = -np.square(np.log(zs)) / (2.0 * np.square(s)) - np.log(s * zs * math.sqrt(2 * math.pi))
+        lp = _select(zero, -_INF, lp)
+        lp = _minus_log_scale(lp, scale)
+        return _result(lp, _lt(z, 0.0), _or(_bad_scale(scale), _le(s, 0.0)),
+                       _shape(x, s, loc, scale))
+
+
+class _Uniform(_Dist):
+    def logpdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _minus_log_scale(0.0, scale)
+        return _result(lp, _or(_lt(z, 0.0), _gt(z, 1.0)), _bad_scale(scale),
+                       _shape(x, loc, scale))
+
+
+class _WeibullMin(_Dist):
+    def logpdf(self, x, c, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        zc = _select(_lt(z, 0.0), 0.0, z)      # z**c is nan below 0
+        lp = np.log(c) + P.xlogy(c - 1.0, zc) - np.power(zc, c)
+        lp = _minus_log_scale(lp, scale)
+        return _result(lp, _lt(z, 0.0), _or(_bad_scale(scale), _le(c, 0.0)),
+                       _shape(x, c, loc, scale))
+
+
+class _Vonmises(_Dist):
+    def logpdf(self, x, kappa, loc=0.0, scale=1.0):
+        # scipy's: kappa cosm1(x) - log(2 pi) - log(i0e(kappa)); support the real line
+        z = _standardize(x, loc, scale)
+        lp = kappa * _cosm1(z) - _LOG_2PI - np.log(P.i0e(kappa))
+        lp = _minus_log_scale(lp, scale)
+        return _result(lp, None, _or(_bad_scale(scale), _le(kappa, 0.0)),
+                       _shape(x, kappa, loc, scale))
+
+
+# ---------------------------------------------------------------- discrete
+# scipy: k - loc must be an integer in the support, else -inf.
+
+def _shift(k, loc):
+    return k if _const(loc, 0.0) else k - loc
+
+
+def _p_invalid(p, open_low=False):
+    return _or(_lt(p, 0.0) if not open_low else _le(p, 0.0), _gt(p, 1.0))
+
+
+class _Poisson(_Dist):
+    def logpmf(self, k, mu, loc=0.0):
+        k = _shift(k, loc)
+        lp = P.xlogy(k, mu) - P.gammaln(k + 1.0) - mu
+        return _result(lp, _or(_lt(k, 0.0), _not_integer(k)), _lt(mu, 0.0), _shape(k, mu, loc))
+
+
+class _Binom(_Dist):
+    def logpmf(self, k, n, p, loc=0.0):
+        k = _shift(k, loc)
+        comb = P.gammaln(n + 1.0) - (P.gammaln(k + 1.0) + P.gammaln(n - k + 1.0))
+        lp = comb + P.xlogy(k, p) + P.xlog1py(n - k, -p)
+        invalid = _or(_lt(n, 0.0), _not_integer(n), _p_invalid(p))
+        return _result(lp, _or(_lt(k, 0.0), _gt(k, n), _not_integer(k)), invalid,
+                       _shape(k, n, p, loc))
+
+
+class _Bernoulli(_Dist):
+    def logpmf(self, k, p, loc=0.0):
+        return binom.logpmf(k, 1.0, p, loc)
+
+
+class _Nbinom(_Dist):
+    def logpmf(self, k, n, p, loc=0.0):
+        k = _shift(k, loc)
+        lp = P.gammaln(n + k) - P.gammaln(k + 1.0) - P.gammaln(n) + n * np.log(p) \
+            + P.xlog1py(k, -p)
+        invalid = _or(_le(n, 0.0), _p_invalid(p, open_low=True))
+        return _result(lp, _or(_lt(k, 0.0), _not_integer(k)), invalid, _shape(k, n, p, loc))
+
+
+class _Geom(_Dist):
+    def logpmf(self, k, p, loc=0.0):
+        k = _shift(k, loc)
+        lp = P.xlog1py(k - 1.0, -p) + np.log(p)
+        return _result(lp, _or(_lt(k, 1.0), _not_integer(k)), _p_invalid(p, open_low=True),
+                       _shape(k, p, loc))
+
+
+class _Betabinom(_Dist):
+    def logpmf(self, k, n, a, b, loc=0.0):
+        k = _shift(k, loc)
+        comb = -np.log(n + 1.0) - P.betaln(n - k + 1.0, k + 1.0)
+        lp = comb + P.betaln(k + a, n - k + b) - P.betaln(a, b)
+        invalid = _or(_lt(n, 0.0), _not_integer(n), _le(a, 0.0), _le(b, 0.0))
+        return _result(lp, _or(_lt(k, 0.0), _gt(k, n), _not_integer(k)), invalid,
+                       _shape(k, n, a, b, loc))
+
+
+# ---------------------------------------------------------------- multivariate
+
+class _Dirichlet(_Dist):
+    def logpdf(self, x, alpha):
+        """scipy's layout: alpha is (K,), x is (K,) or (K, ...) -- the components
+        along the FIRST axis, as scipy.stats.dirichlet computes it; x may also
+        hold K - 1 components (the last is 1 - their sum), as scipy allows."""
+        K = np.shape(_value(alpha))
+        if len(K) != 1:
+            raise ValueError("Parameter vector 'a' must be one dimensional")
+        K = K[0]
+        xs = np.shape(_value(x))
+        if not xs or xs[0] not in (K, K - 1):
+            raise ValueError(f"Vector 'x' must have either the same number of entries as, or "
+                             f"one entry fewer than, parameter vector 'a' ({K})")
+        if xs[0] == K - 1:
+            x = np.concatenate([x, np.reshape(1.0 - np.sum(x, axis=0), (1,) + xs[1:])], axis=0)
+        am1 = np.reshape(alpha - 1.0, (K,) + (1,) * (len(xs) - 1))
+        lnB = np.sum(P.gammaln(alpha)) - P.gammaln(np.sum(alpha))
+        return np.sum(P.xlogy(am1, x), axis=0) - lnB
+
+
+class _Multinomial(_Dist):
+    def logpmf(self, x, n, p):
+        """Components along the last axis of x and p (scipy's layout)."""
+        lp = P.gammaln(n + 1.0) + np.sum(P.xlogy(x, p) - P.gammaln(x + 1.0), axis=-1)
+        bad_x = _or(_not_integer(x), _lt(x, 0.0))
+        if bad_x is not None:
+            lp = _select(np.max(bad_x, axis=-1), -_INF, lp)
+        return _select(P.ne(np.sum(x, axis=-1), n), -_INF, lp)
+
+
+norm = _Norm("norm")
+halfnorm = _Halfnorm("halfnorm")
+truncnorm = _Truncnorm("truncnorm")
+cauchy = _Cauchy("cauchy")
+halfcauchy = _Halfcauchy("halfcauchy")
+t = _T("t")
+laplace = _Laplace("laplace")
+logistic = _Logistic("logistic")
+expon = _Expon("expon")
+gamma = _Gamma("gamma")
+invgamma = _Invgamma("invgamma")
+beta = _Beta("beta")
+lognorm = _Lognorm("lognorm")
+uniform = _Uniform("uniform")
+weibull_min = _WeibullMin("weibull_min")
+vonmises = _Vonmises("vonmises")
+poisson = _Poisson("poisson")
+binom = _Binom("binom")
+nbinom = _Nbinom("nbinom")
+bernoulli = _Bernoulli("bernoulli")
+geom = _Geom("geom")
+betabinom = _Betabinom("betabinom")
+dirichlet = _Dirichlet("dirichlet")
+multinomial = _Multinomial("multinomial")
+
+__all__ = ["norm", "halfnorm", "truncnorm", "cauchy", "halfcauchy", "t", "laplace", "logistic",
+           "expon", "gamma", "invgamma", "beta", "lognorm", "uniform", "weibull_min",
+           "vonmises", "poisson", "binom", "nbinom", "bernoulli", "geom", "betabinom",
+           "dirichlet", "multinomial"]
