@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "bad923d2d9d59d95"
+#define RT_OP_TABLE_HASH "1ee20eb8141fc623"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -126,6 +126,11 @@
     X(REDUCE_LOGSUMEXP) \
     X(REDUCE_ALL) \
     X(REDUCE_ANY) \
+    X(CHOLESKY) \
+    X(TRISOLVE) \
+    X(SOLVE) \
+    X(INV) \
+    X(SLOGDET) \
     X(GUARD_LT) \
     X(GUARD_LE) \
     X(GUARD_GT) \
@@ -226,6 +231,14 @@
     X(LOGSUMEXP) \
     X(ALL) \
     X(ANY)
+
+/* Dense linear algebra, kernels in linalg.c: X(NAME) */
+#define RT_LINALG(X) \
+    X(CHOLESKY) \
+    X(TRISOLVE) \
+    X(SOLVE) \
+    X(INV) \
+    X(SLOGDET)
 
 /* Branch guards: X(NAME, predicate in x y) */
 #define RT_GUARDS(X) \

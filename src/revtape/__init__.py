@@ -12,6 +12,7 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Conv
                      TapeMixError, UnsupportedError, VerificationError)
 from .tape import NULL_TAPE, Tape
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
+from . import linalg
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
 
