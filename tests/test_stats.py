@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from conftest import check_grad
+from conftest import check_grad, directional_fd
 
 st = pytest.importorskip("scipy.stats")
 
@@ -284,7 +284,67 @@ def test_every_distribution_of_the_issue_is_there():
     names = ["norm", "halfnorm", "truncnorm", "cauchy", "halfcauchy", "t", "laplace", "logistic",
              "expon", "gamma", "invgamma", "beta", "lognorm", "uniform", "weibull_min", "vonmises",
              "poisson", "binom", "nbinom", "bernoulli", "geom", "betabinom", "dirichlet",
-             "multinomial"]
+             "multinomial", "multivariate_normal"]
     for n in names:
         assert hasattr(rt.stats, n), n
-    assert set(DISTS) | {"dirichlet", "multinomial"} == set(names)
+    assert set(DISTS) | {"dirichlet", "multinomial", "multivariate_normal"} == set(names)
+
+
+# ---------------------------------------------------------------- multivariate normal
+
+def _spd(d):
+    A = RNG.normal(size=(d, d))
+    return A @ A.T + d * np.eye(d)
+
+
+@pytest.mark.parametrize("xshape", [(4,), (5, 4), (2, 3, 4)], ids=str)
+def test_multivariate_normal_values_like_scipy(xshape):
+    C, m = _spd(4), RNG.normal(size=4)
+    x = RNG.normal(size=xshape)
+    for args in [(m, C), (None, C), (m, np.diag(C)), (m, 2.5)]:
+        ours = rt.stats.multivariate_normal.logpdf(x, *args)
+        ref = st.multivariate_normal.logpdf(x, *args)
+        assert np.shape(ours) == np.shape(ref)
+        np.testing.assert_allclose(ours, ref, rtol=1e-12)
+    # dimension 1: a 1-D x is many points, as in scipy
+    x1 = RNG.normal(size=6)
+    np.testing.assert_allclose(rt.stats.multivariate_normal.logpdf(x1, [0.3], [[2.0]]),
+                               st.multivariate_normal.logpdf(x1, [0.3], [[2.0]]), rtol=1e-12)
+
+
+def test_multivariate_normal_gradients_and_compiled():
+    C, m = _spd(3), RNG.normal(size=3)
+    x = RNG.normal(size=(6, 3))
+    f = lambda x, m, C: np.sum(rt.stats.multivariate_normal.logpdf(x, m, C))
+    Ci = np.linalg.inv(C)
+    gx, gm = check_grad(lambda x, m: f(x, m, C), (x, m))
+    # cholesky's adjoint is symmetric (autograd's and JAX's convention, h5's
+    # kernel): it is the derivative along symmetric perturbations of C
+    gC = rt.gradient(f, (x, m, C))[2]
+    np.testing.assert_allclose(gC, gC.T, rtol=1e-14)
+    for _ in range(2):
+        V = RNG.normal(size=(3, 3))
+        V = V + V.T
+        fd = directional_fd(lambda C: f(x, m, C), C, V)
+        assert np.sum(gC * V) == pytest.approx(fd, rel=1e-6)
+    r = x - m
+    np.testing.assert_allclose(gC, -0.5 * (6 * Ci - Ci @ r.T @ r @ Ci), rtol=1e-10)
+    np.testing.assert_allclose(gm, Ci @ np.sum(x - m, axis=0), rtol=1e-10)
+    tape = rt.GradientTape(f, (x, m, C))
+    ct = rt.compile(tape)
+    new = (x + 0.1, m - 0.2, C + np.eye(3))
+    v, g = ct.value_and_gradient(new)
+    assert v == pytest.approx(np.sum(st.multivariate_normal.logpdf(*new)), rel=1e-12)
+    for a, b in zip(g, tape.gradient(new)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    # a covariance that is not positive definite: nan (rejectable), not an error
+    bad = np.diag([1.0, -1.0, 1.0])
+    assert np.isnan(ct.forward((x, m, bad)))
+    assert np.isnan(f(x, m, bad))
+
+
+def test_multivariate_normal_refuses_what_it_does_not_do():
+    with pytest.raises(rt.UnsupportedError, match="allow_singular"):
+        rt.stats.multivariate_normal.logpdf(np.zeros(2), None, np.eye(2), allow_singular=True)
+    with pytest.raises(ValueError, match="components"):
+        rt.stats.multivariate_normal.logpdf(np.zeros(3), np.zeros(2), np.eye(2))

@@ -451,6 +451,54 @@ class _Multinomial(_Dist):
         return _select(P.ne(np.sum(x, axis=-1), n), -_INF, lp)
 
 
+class _MultivariateNormal(_Dist):
+    def logpdf(self, x, mean=None, cov=1, allow_singular=False):
+        """scipy's layout: the last axis of x holds the components (a 1-D x is
+        one point, or -- for dimension 1 -- many); mean (d,) (None: zeros);
+        cov a (d, d) matrix, a (d,) diagonal or a scalar times the identity.
+
+        The covariance is factored with np.linalg.cholesky (one instruction):
+        a covariance that is not positive definite gives nan (scipy raises),
+        so a sampler sees a rejectable value."""
+        from . import linalg as _la
+        if allow_singular:
+            raise UnsupportedError("multivariate_normal.logpdf(allow_singular=True) is not "
+                                   "supported on tracked values")
+        cshape = np.shape(_value(cov))
+        mshape = np.shape(_value(mean)) if mean is not None else ()
+        d = (cshape[0] if cshape else (mshape[0] if mshape else None))
+        if d is None:
+            d = 1
+        if len(cshape) > 2 or (len(cshape) >= 1 and any(c != d for c in cshape)) \
+                or (mshape and mshape != (d,)):
+            raise ValueError(f"multivariate_normal: mean shape {mshape} and cov shape {cshape} "
+                             "do not describe one dimension d")
+        xshape = np.shape(_value(x))
+        if len(xshape) == 0:
+            x = np.reshape(x, (1, 1))
+        elif len(xshape) == 1:
+            x = np.reshape(x, (-1, 1) if d == 1 else (1, -1))
+        if np.shape(_value(x))[-1] != d:
+            raise ValueError(f"multivariate_normal: x has {np.shape(_value(x))[-1]} components, "
+                             f"the distribution {d}")
+        diff = x if mean is None else x - mean
+        if len(cshape) == 2:
+            L = _la.cholesky(cov)
+            batch = np.shape(_value(diff))[:-1]
+            flat = np.reshape(diff, (-1, d))
+            z = _la.solve_triangular(L, np.transpose(flat), lower=True)   # (d, m)
+            maha = np.reshape(np.sum(np.square(z), axis=0), batch)
+            logdet = 2.0 * np.sum(np.log(_la.diagonal(L)))
+        else:
+            # a scalar or a diagonal covariance: elementwise
+            var = cov + np.zeros(d)
+            maha = np.sum(np.square(diff) / var, axis=-1)
+            logdet = np.sum(np.log(var))
+            logdet = P.where(P.le(np.min(var), 0.0), math.nan, logdet)
+        out = -0.5 * (d * _LOG_2PI + logdet + maha)
+        return np.reshape(out, ()) if np.size(_value(out)) == 1 else out
+
+
 norm = _Norm("norm")
 halfnorm = _Halfnorm("halfnorm")
 truncnorm = _Truncnorm("truncnorm")
@@ -475,8 +523,9 @@ geom = _Geom("geom")
 betabinom = _Betabinom("betabinom")
 dirichlet = _Dirichlet("dirichlet")
 multinomial = _Multinomial("multinomial")
+multivariate_normal = _MultivariateNormal("multivariate_normal")
 
 __all__ = ["norm", "halfnorm", "truncnorm", "cauchy", "halfcauchy", "t", "laplace", "logistic",
            "expon", "gamma", "invgamma", "beta", "lognorm", "uniform", "weibull_min",
            "vonmises", "poisson", "binom", "nbinom", "bernoulli", "geom", "betabinom",
-           "dirichlet", "multinomial"]
+           "dirichlet", "multinomial", "multivariate_normal"]
