@@ -448,7 +448,13 @@ class _Multinomial(_Dist):
         bad_x = _or(_not_integer(x), _lt(x, 0.0))
         if bad_x is not None:
             lp = _select(np.max(bad_x, axis=-1), -_INF, lp)
-        return _select(P.ne(np.sum(x, axis=-1), n), -_INF, lp)
+        lp = _select(P.ne(np.sum(x, axis=-1), n), -_INF, lp)
+        # p is used as given: scipy 1.17 replaces the last entry of a p that
+        # does not sum to 1 (with a FutureWarning; nan from scipy 1.18 on)
+        bad_p = _or(_lt(p, 0.0), _gt(p, 1.0))
+        if bad_p is not None:
+            lp = _select(np.max(bad_p, axis=-1), math.nan, lp)
+        return _select(_lt(n, 0.0), math.nan, lp)
 
 
 class _MultivariateNormal(_Dist):
