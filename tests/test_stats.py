@@ -199,6 +199,15 @@ CDFS = {
     "logistic": (lambda: (U(-60, 60), U(-1, 1), U(0.5, 2)), (0, 1, 2)),
     "expon": (lambda: (np.r_[U(-1, 30, N - 1), 0.0], U(-.5, .5), U(0.5, 2)), (0, 1, 2)),
     "gamma": (lambda: (np.r_[U(-1, 30, N - 1), 0.0], U(0.3, 10), U(-.5, .5), U(0.5, 2)), (0, 2, 3)),
+    "laplace": (lambda: (U(-30, 30), U(-1, 1), U(0.5, 2)), (0, 1, 2)),
+    "cauchy": (lambda: (U(-1e3, 1e3), U(-1, 1), U(0.5, 2)), (0, 1, 2)),
+    "halfnorm": (lambda: (np.r_[U(-1, 20, N - 1), 0.0], U(-.5, .5), U(0.5, 2)), (0, 1, 2)),
+    "halfcauchy": (lambda: (np.r_[U(-1, 1e3, N - 1), 0.0], U(-.5, .5), U(0.5, 2)), (0, 1, 2)),
+    "uniform": (lambda: (np.r_[U(-1, 4, N - 2), 0.0, 1.0], U(-.5, .5), U(0.5, 2)), (0, 1, 2)),
+    "weibull_min": (lambda: (np.r_[U(-1, 4, N - 1), 0.0], U(0.5, 4), U(-.5, .5), U(0.5, 2)),
+                    (0, 1, 2, 3)),
+    "lognorm": (lambda: (np.r_[U(-1, 30, N - 1), 0.0], U(0.3, 2), U(-.5, .5), U(0.5, 2)),
+                (0, 1, 2, 3)),
 }
 
 
@@ -210,7 +219,13 @@ def test_logcdf_logsf(name, method):
     assert_like_scipy(_ours(name, method, *args), _scipy(name, method, *args))
     # gradients where the values are finite and not at the edge
     args = [a[:6] for a in sample()]
-    args[0] = np.abs(args[0]) + 1.0 if name in ("expon", "gamma") else np.clip(args[0], -6, 6)
+    if name == "uniform":
+        # z = (x - loc) / scale in (0.12, 0.65): away from log's steep end
+        args[:3] = RNG.uniform(0.3, 0.6, 6), RNG.uniform(-0.05, 0.05, 6), RNG.uniform(1, 2, 6)
+    elif name in ("expon", "gamma", "halfnorm", "halfcauchy", "weibull_min", "lognorm"):
+        args[0] = RNG.uniform(1.0, 3.0, 6)
+    else:
+        args[0] = np.clip(args[0], -6, 6)
 
     def f(*d):
         full = list(args)
@@ -234,6 +249,13 @@ def test_norm_logcdf_is_finite_deep_in_both_tails():
     # at -1000 that difference of logs cancels: the asymptotic series instead
     mills[0] = 1e3 * (1 + 1e-6 - 2e-12 + 10e-18)
     np.testing.assert_allclose(g, mills, rtol=1e-12)
+
+
+def test_missing_methods_say_what_there_is():
+    with pytest.raises(rt.UnsupportedError, match="rt.stats.beta has logpdf; logcdf"):
+        rt.stats.beta.logcdf(0.5, 2, 3)
+    with pytest.raises(AttributeError):
+        rt.stats.norm.nonsense
 
 
 def test_gamma_cdf_refuses_a_tracked_shape():

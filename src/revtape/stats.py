@@ -108,6 +108,12 @@ def _result(lp, outside, invalid, shape):
     return _finish(lp, shape)
 
 
+def _tails(lp, below, above, cdf):
+    """logcdf: -inf below the support, 0 above it; logsf the other way round."""
+    lp = _select(below, -_INF if cdf else 0.0, lp)
+    return _select(above, 0.0 if cdf else -_INF, lp)
+
+
 def _bad_scale(scale):
     return None if _const(scale, 1.0) else _le(scale, 0.0)
 
@@ -143,6 +149,15 @@ class _Dist:
     def __repr__(self):
         return f"<revtape.stats.{self.name}>"
 
+    def __getattr__(self, attr):
+        if attr in ("logpdf", "logpmf", "logcdf", "logsf", "pdf", "pmf", "cdf", "sf", "ppf",
+                    "rvs", "mean", "var", "entropy"):
+            have = [m for m in ("logpdf", "logpmf", "logcdf", "logsf") if hasattr(type(self), m)]
+            raise UnsupportedError(
+                f"rt.stats.{self.name} has {', '.join(have)}; {attr} is not provided (for "
+                f"densities use exp of the log, np.exp(rt.stats.{self.name}.{have[0]}(...)))")
+        raise AttributeError(f"rt.stats.{self.name} has no attribute {attr!r}")
+
 
 # ---------------------------------------------------------------- continuous
 
@@ -166,6 +181,16 @@ class _Halfnorm(_Dist):
         z = _standardize(x, loc, scale)
         lp = _minus_log_scale(0.5 * math.log(2.0 / math.pi) - 0.5 * np.square(z), scale)
         return _result(lp, _lt(z, 0.0), _bad_scale(scale), _shape(x, loc, scale))
+
+    def logcdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _tails(np.log(P.erf(z * math.sqrt(0.5))), _lt(z, 0.0), None, True)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
+    def logsf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _tails(math.log(2.0) + P.log_ndtr(-z), _lt(z, 0.0), None, False)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
 
 
 def _log_diff_exp(la, lb):
@@ -208,12 +233,32 @@ class _Cauchy(_Dist):
         lp = _minus_log_scale(_cauchy_std(z), scale)
         return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
 
+    def logcdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = np.log(np.arctan2(1.0, -z) / math.pi)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
+    def logsf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = np.log(np.arctan2(1.0, z) / math.pi)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
 
 class _Halfcauchy(_Dist):
     def logpdf(self, x, loc=0.0, scale=1.0):
         z = _standardize(x, loc, scale)
         lp = _minus_log_scale(math.log(2.0 / math.pi) - np.log1p(np.square(z)), scale)
         return _result(lp, _lt(z, 0.0), _bad_scale(scale), _shape(x, loc, scale))
+
+    def logcdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _tails(np.log(2.0 / math.pi * np.arctan(z)), _lt(z, 0.0), None, True)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
+    def logsf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _tails(np.log(2.0 / math.pi * np.arctan2(1.0, z)), _lt(z, 0.0), None, False)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
 
 
 class _T(_Dist):
@@ -233,6 +278,20 @@ class _Laplace(_Dist):
         z = _standardize(x, loc, scale)
         lp = _minus_log_scale(-np.abs(z) - math.log(2.0), scale)
         return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
+    @staticmethod
+    def _logcdf_std(z):
+        # log(1 - exp(-z)/2) above 0 (through log1p), z - log 2 below
+        pos = _gt(z, 0.0)
+        return P.where(pos, np.log1p(-0.5 * np.exp(-P.where(pos, z, 0.0))), z - math.log(2.0))
+
+    def logcdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        return _result(self._logcdf_std(z), None, _bad_scale(scale), _shape(x, loc, scale))
+
+    def logsf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        return _result(self._logcdf_std(-z), None, _bad_scale(scale), _shape(x, loc, scale))
 
 
 class _Logistic(_Dist):
@@ -330,6 +389,19 @@ class _Lognorm(_Dist):
         return _result(lp, _lt(z, 0.0), _or(_bad_scale(scale), _le(s, 0.0)),
                        _shape(x, s, loc, scale))
 
+    def _cdfs(self, x, s, loc, scale, cdf):
+        z = _standardize(x, loc, scale)
+        below = _le(z, 0.0)
+        u = np.log(_select(below, 1.0, z)) / s
+        lp = _tails(P.log_ndtr(u if cdf else -u), below, None, cdf)
+        return _result(lp, None, _or(_bad_scale(scale), _le(s, 0.0)), _shape(x, s, loc, scale))
+
+    def logcdf(self, x, s, loc=0.0, scale=1.0):
+        return self._cdfs(x, s, loc, scale, True)
+
+    def logsf(self, x, s, loc=0.0, scale=1.0):
+        return self._cdfs(x, s, loc, scale, False)
+
 
 class _Uniform(_Dist):
     def logpdf(self, x, loc=0.0, scale=1.0):
@@ -337,6 +409,16 @@ class _Uniform(_Dist):
         lp = _minus_log_scale(0.0, scale)
         return _result(lp, _or(_lt(z, 0.0), _gt(z, 1.0)), _bad_scale(scale),
                        _shape(x, loc, scale))
+
+    def logcdf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _tails(np.log(z), _lt(z, 0.0), _gt(z, 1.0), True)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+
+    def logsf(self, x, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        lp = _tails(np.log1p(-z), _lt(z, 0.0), _gt(z, 1.0), False)
+        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
 
 
 class _WeibullMin(_Dist):
@@ -347,6 +429,18 @@ class _WeibullMin(_Dist):
         lp = _minus_log_scale(lp, scale)
         return _result(lp, _lt(z, 0.0), _or(_bad_scale(scale), _le(c, 0.0)),
                        _shape(x, c, loc, scale))
+
+    def logcdf(self, x, c, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        below = _lt(z, 0.0)
+        lp = _tails(np.log(-np.expm1(-np.power(_select(below, 0.0, z), c))), below, None, True)
+        return _result(lp, None, _or(_bad_scale(scale), _le(c, 0.0)), _shape(x, c, loc, scale))
+
+    def logsf(self, x, c, loc=0.0, scale=1.0):
+        z = _standardize(x, loc, scale)
+        below = _lt(z, 0.0)
+        lp = _tails(-np.power(_select(below, 0.0, z), c), below, None, False)
+        return _result(lp, None, _or(_bad_scale(scale), _le(c, 0.0)), _shape(x, c, loc, scale))
 
 
 class _Vonmises(_Dist):
