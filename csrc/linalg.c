@@ -93,6 +93,10 @@ RT_CLONES static void chol_forward(double *L, const double *A, int64_t n)
                 return;
             }
             li[i] = sqrt(dd);
+            if (!(li[i] < INFINITY)) {         /* an infinite pivot: no factor either */
+                rt_lfill(L, NAN, n * n);
+                return;
+            }
         }
         for (j = i + 1; j < n; j++)
             li[j] = 0.0;
@@ -335,6 +339,142 @@ static void lu_inverse(const double *LU, const double *piv, double *Out, int64_t
     lu_solve(LU, piv, Out, n, n, 0);
 }
 
+/* ------------------------------------------------------------------ symmetric eigenproblem */
+
+/* Cyclic Jacobi on S (n x n, symmetric, overwritten), accumulating V: S ->
+ * diag(w), A = V diag(w) V^T.  Slower than tridiagonal QL for large n but
+ * short, and accurate to high relative precision. */
+static void jacobi_eigh(double *S, double *V, int64_t n)
+{
+    int64_t i, k, p, q, sweep;
+    double norm = 0.0;
+    rt_lfill(V, 0.0, n * n);
+    for (i = 0; i < n; i++) {
+        V[i * n + i] = 1.0;
+        for (k = 0; k < n; k++)
+            norm += S[i * n + k] * S[i * n + k];
+    }
+    if (!(norm < INFINITY))
+        return;                             /* nan/inf: the caller fills nan */
+    for (sweep = 0; sweep < 100; sweep++) {
+        double off = 0.0;
+        for (p = 0; p < n; p++)
+            for (q = p + 1; q < n; q++)
+                off += S[p * n + q] * S[p * n + q];
+        if (off <= 1e-32 * norm || off == 0.0)
+            break;
+        for (p = 0; p < n; p++)
+            for (q = p + 1; q < n; q++) {
+                const double apq = S[p * n + q];
+                double theta, t, c, sn;
+                if (apq == 0.0)
+                    continue;
+                theta = (S[q * n + q] - S[p * n + p]) / (2.0 * apq);
+                t = (theta >= 0.0 ? 1.0 : -1.0) / (fabs(theta) + sqrt(theta * theta + 1.0));
+                if (!(fabs(theta) < 1e150))
+                    t = 0.5 / theta;            /* theta^2 would overflow */
+                c = 1.0 / sqrt(t * t + 1.0);
+                sn = t * c;
+                for (k = 0; k < n; k++) {       /* S J: columns p, q */
+                    const double akp = S[k * n + p], akq = S[k * n + q];
+                    S[k * n + p] = c * akp - sn * akq;
+                    S[k * n + q] = sn * akp + c * akq;
+                }
+                for (k = 0; k < n; k++) {       /* J^T (S J): rows p, q */
+                    const double apk = S[p * n + k], aqk = S[q * n + k];
+                    S[p * n + k] = c * apk - sn * aqk;
+                    S[q * n + k] = sn * apk + c * aqk;
+                }
+                S[p * n + q] = S[q * n + p] = 0.0;
+                for (k = 0; k < n; k++) {       /* V J */
+                    const double vkp = V[k * n + p], vkq = V[k * n + q];
+                    V[k * n + p] = c * vkp - sn * vkq;
+                    V[k * n + q] = sn * vkp + c * vkq;
+                }
+            }
+    }
+}
+
+/* out = [w (ascending) | V (columns, row-major)], reading A's lower
+ * triangle; each eigenvector's largest-magnitude component (the first of
+ * equal ones) is made positive -- the convention the reference replay
+ * applies to numpy's result too.  Non-finite A -> all nan. */
+static void eigh_forward(double *out, const double *A, double *S, double *Vt, int64_t n)
+{
+    double *w = out, *V = out + n;
+    int64_t i, j, k;
+    for (i = 0; i < n; i++)
+        for (j = 0; j <= i; j++)
+            S[i * n + j] = S[j * n + i] = A[i * n + j];
+    jacobi_eigh(S, Vt, n);
+    for (i = 0; i < n * n; i++)
+        if (!(fabs(Vt[i]) < INFINITY) || !(fabs(S[i]) < INFINITY)) {
+            rt_lfill(out, NAN, n + n * n);
+            return;
+        }
+    /* selection sort of the eigenvalues (stable, ascending), columns along */
+    for (j = 0; j < n; j++)
+        w[j] = S[j * n + j];
+    for (j = 0; j < n; j++) {
+        int64_t m = j;
+        for (k = j + 1; k < n; k++)
+            if (w[k] < w[m])
+                m = k;
+        if (m != j) {
+            const double tw = w[j];
+            w[j] = w[m];
+            w[m] = tw;
+            for (i = 0; i < n; i++) {
+                const double tv = Vt[i * n + j];
+                Vt[i * n + j] = Vt[i * n + m];
+                Vt[i * n + m] = tv;
+            }
+        }
+    }
+    for (j = 0; j < n; j++) {
+        int64_t m = 0;
+        for (i = 1; i < n; i++)
+            if (fabs(Vt[i * n + j]) > fabs(Vt[m * n + j]))
+                m = i;
+        for (i = 0; i < n; i++)
+            V[i * n + j] = Vt[m * n + j] < 0.0 ? -Vt[i * n + j] : Vt[i * n + j];
+    }
+}
+
+/* M[i, j] = B[i, j] / (w[j] - w[i]) off the diagonal, diag[i] on it; an
+ * exactly zero B[i, j] gives 0 even for equal eigenvalues (azmul), so
+ * functions of the eigenvalues alone have finite gradients at degenerate
+ * points (the identity) */
+static void eigh_weights(double *M, const double *B, const double *w, const double *diag,
+                         int64_t n)
+{
+    int64_t i, j;
+    for (i = 0; i < n; i++)
+        for (j = 0; j < n; j++)
+            M[i * n + j] = i == j ? (diag ? diag[i] : 0.0)
+                                  : B[i * n + j] == 0.0 ? 0.0 : B[i * n + j] / (w[j] - w[i]);
+}
+
+/* C = X^T Y (n x n) */
+static void matTmul(double *C, const double *X, const double *Y, int64_t n)
+{
+    int64_t i, k;
+    rt_lfill(C, 0.0, n * n);
+    for (k = 0; k < n; k++)
+        for (i = 0; i < n; i++)
+            rt_laxpy(C + i * n, X[k * n + i], Y + k * n, n);
+}
+
+/* C = X Y (n x n) */
+static void matmul_nn(double *C, const double *X, const double *Y, int64_t n)
+{
+    int64_t i, k;
+    rt_lfill(C, 0.0, n * n);
+    for (i = 0; i < n; i++)
+        for (k = 0; k < n; k++)
+            rt_laxpy(C + i * n, X[i * n + k], Y + k * n, n);
+}
+
 /* ------------------------------------------------------------------ the instruction records */
 
 int rt_linalg_lengths(int op, const int32_t *rec, int64_t n, int64_t *la, int64_t *lb,
@@ -354,17 +494,30 @@ int rt_linalg_lengths(int op, const int32_t *rec, int64_t n, int64_t *la, int64_
         return 1;
     }
     *la = N * N;
+    if (op == RT_OP_CUMSUM || op == RT_OP_CUMPROD) {
+        /* N segments of M contiguous elements, scanned independently */
+        *la = N * M;
+        *ls = 0;
+        if (N * M != n) {
+            snprintf(why, (size_t)why_len, "n = %lld is not N*M = %lld*%lld", (long long)n,
+                     (long long)N, (long long)M);
+            return 1;
+        }
+        return 0;
+    }
     switch (op) {
     case RT_OP_CHOLESKY: out = N * N; *ls = N * N; break;
     case RT_OP_TRISOLVE: out = N * M; *lb = N * M; *ls = N * M; break;
     case RT_OP_SOLVE:    out = N * M; *lb = N * M; *ls = N * N + N + N * M; break;
     case RT_OP_INV:      out = N * N; *ls = 2 * N * N + N; break;
     case RT_OP_SLOGDET:  out = 2; *ls = 2 * N * N + N; break;
+    case RT_OP_EIGH:     out = N + N * N; *ls = 3 * N * N; break;
     default:
         snprintf(why, (size_t)why_len, "not a linear-algebra opcode");
         return 1;
     }
-    if ((op == RT_OP_CHOLESKY || op == RT_OP_INV || op == RT_OP_SLOGDET) && M != N) {
+    if ((op == RT_OP_CHOLESKY || op == RT_OP_INV || op == RT_OP_SLOGDET || op == RT_OP_EIGH)
+        && M != N) {
         snprintf(why, (size_t)why_len, "M = %lld must equal N = %lld", (long long)M, (long long)N);
         return 1;
     }
@@ -381,9 +534,34 @@ void rt_linalg_forward(int op, double *v, const int32_t *rec, int64_t o, int64_t
     const int64_t N = rec[0], M = rec[1];
     const int flags = rec[2];
     double *S = v + rec[3];
+    int64_t s, i;
     switch (op) {
+    case RT_OP_CUMSUM:
+        /* numpy's order: out[0] = x[0], out[i] = out[i-1] + x[i] */
+        for (s = 0; s < N; s++) {
+            const double *x = v + a + s * M;
+            double *y = v + o + s * M;
+            if (M > 0)
+                y[0] = x[0];
+            for (i = 1; i < M; i++)
+                y[i] = y[i - 1] + x[i];
+        }
+        break;
+    case RT_OP_CUMPROD:
+        for (s = 0; s < N; s++) {
+            const double *x = v + a + s * M;
+            double *y = v + o + s * M;
+            if (M > 0)
+                y[0] = x[0];
+            for (i = 1; i < M; i++)
+                y[i] = y[i - 1] * x[i];
+        }
+        break;
     case RT_OP_CHOLESKY:
         chol_forward(v + o, v + a, N);
+        break;
+    case RT_OP_EIGH:
+        eigh_forward(v + o, v + a, S, S + N * N, N);
         break;
     case RT_OP_TRISOLVE:
         if (!(flags & RT_TRI_UNIT) && tri_has_zero_diagonal(v + a, N)) {
@@ -444,12 +622,65 @@ void rt_linalg_reverse(int op, uint32_t fl, double *v, double *d, const int32_t 
     const int64_t N = rec[0], M = rec[1];
     const int flags = rec[2];
     double *S = v + rec[3];
-    int64_t i, k;
+    int64_t i, k, s;
     switch (op) {
+    case RT_OP_CUMSUM:
+        /* dx[i] += g[i] + g[i+1] + ... + g[M-1], summed from the end */
+        if (fl & 1)
+            for (s = 0; s < N; s++) {
+                const double *g = d + o + s * M;
+                double *dx = d + a + s * M, acc;
+                if (M == 0)
+                    continue;
+                acc = g[M - 1];
+                dx[M - 1] += acc;
+                for (i = M - 2; i >= 0; i--) {
+                    acc = acc + g[i];
+                    dx[i] += acc;
+                }
+            }
+        break;
+    case RT_OP_CUMPROD:
+        /* Zero-safe: dx[i] = y[i-1] * r[i], r[i] = g[i] + x[i+1] r[i+1]
+         * (y the output, y[-1] = 1): no division by x. */
+        if (fl & 1)
+            for (s = 0; s < N; s++) {
+                const double *g = d + o + s * M, *x = v + a + s * M, *y = v + o + s * M;
+                double *dx = d + a + s * M, r;
+                if (M == 0)
+                    continue;
+                r = g[M - 1];
+                for (i = M - 1; i >= 0; i--) {
+                    dx[i] += (i > 0 ? y[i - 1] : 1.0) * r;
+                    if (i > 0)
+                        r = g[i - 1] + x[i] * r;
+                }
+            }
+        break;
     case RT_OP_CHOLESKY:
         if (fl & 1)
             chol_reverse(d + a, v + o, d + o, S, N);
         break;
+    case RT_OP_EIGH: {
+        /* A-bar = sym(V (diag(w-bar) + F o (V^T V-bar)) V^T), F[i, j] = 1/(w[j] - w[i]) */
+        const double *w = v + o, *V = v + o + N;
+        double *C = S, *M = S + N * N, *T = S + 2 * N * N;
+        if (!(fl & 1))
+            break;
+        matTmul(C, V, d + o + N, N);
+        eigh_weights(M, C, w, d + o, N);
+        matmul_nn(T, V, M, N);              /* T = V M; A-bar = T V^T */
+        for (i = 0; i < N; i++)
+            for (k = 0; k <= i; k++) {
+                const double aik = rt_ldot(T + i * N, V + k * N, N);
+                const double aki = i == k ? aik : rt_ldot(T + k * N, V + i * N, N);
+                const double h = 0.5 * (aik + aki);
+                d[a + i * N + k] += h;
+                if (i != k)
+                    d[a + k * N + i] += h;
+            }
+        break;
+    }
     case RT_OP_TRISOLVE: {
         /* B-bar = op(L)^-T X-bar; L-bar = -(B-bar X^T) (transposed for op =
          * L^T) on L's triangle. */
@@ -527,14 +758,54 @@ void rt_linalg_tangent(int op, uint32_t fl, double *v, double *t, const int32_t 
     const int64_t N = rec[0], M = rec[1];
     const int flags = rec[2];
     double *S = v + rec[3];
-    int64_t i, k;
+    int64_t i, k, s;
     switch (op) {
+    case RT_OP_CUMSUM:
+        for (s = 0; s < N; s++) {
+            const double *tx = t + a + s * M;
+            double *ty = t + o + s * M;
+            if (M > 0)
+                ty[0] = tx[0];
+            for (i = 1; i < M; i++)
+                ty[i] = ty[i - 1] + tx[i];
+        }
+        break;
+    case RT_OP_CUMPROD:
+        /* T[i] = T[i-1] x[i] + y[i-1] xdot[i] */
+        for (s = 0; s < N; s++) {
+            const double *tx = t + a + s * M, *x = v + a + s * M, *y = v + o + s * M;
+            double *ty = t + o + s * M;
+            if (M > 0)
+                ty[0] = tx[0];
+            for (i = 1; i < M; i++)
+                ty[i] = ty[i - 1] * x[i] + y[i - 1] * tx[i];
+        }
+        break;
     case RT_OP_CHOLESKY:
         if (fl & 1)
             chol_tangent(t + o, v + o, t + a, N);
         else
             rt_lfill(t + o, 0.0, N * N);
         break;
+    case RT_OP_EIGH: {
+        /* B = V^T sym(A-dot) V; w-dot = diag(B), V-dot = V (F o B) */
+        const double *w = v + o, *V = v + o + N, *Ad = t + a;
+        double *As = S, *T = S + N * N, *B = S + 2 * N * N;
+        if (!(fl & 1)) {
+            rt_lfill(t + o, 0.0, N + N * N);
+            break;
+        }
+        for (i = 0; i < N; i++)
+            for (k = 0; k < N; k++)
+                As[i * N + k] = 0.5 * (Ad[i * N + k] + Ad[k * N + i]);
+        matmul_nn(T, As, V, N);
+        matTmul(B, V, T, N);
+        for (i = 0; i < N; i++)
+            t[o + i] = B[i * N + i];
+        eigh_weights(T, B, w, NULL, N);
+        matmul_nn(t + o + N, V, T, N);
+        break;
+    }
     case RT_OP_TRISOLVE: {
         /* X-dot = op(L)^-1 (B-dot - op(L-dot) X), L-dot read on L's triangle */
         const int lower = flags & RT_TRI_LOWER, trans = (flags & RT_TRI_TRANS) != 0;

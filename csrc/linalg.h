@@ -13,6 +13,10 @@
  *   SOLVE     out[N*M] = a^-1 b (LU with partial pivoting; singular -> nan)
  *   INV       out[N*N] = a^-1 (singular -> nan)
  *   SLOGDET   out[2] = (sign, log|det a|) (singular -> (0, -inf))
+ *   EIGH      out[N + N*N] = (w ascending, V row-major) of a's lower triangle,
+ *             each column's largest-magnitude entry positive; scratch 3 N*N
+ *   CUMSUM, CUMPROD  N segments of M: out[s, :] = cumsum/cumprod(a[s, :])
+ *             (numpy's sequential order; no scratch)
  * `scratch` is an offset into the value arena owned by the instruction
  * (factorizations kept from the forward sweep for the reverse and tangent
  * sweeps, and work space); its length is given by rt_linalg_lengths.

@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "1ee20eb8141fc623"
+#define RT_OP_TABLE_HASH "5b461c0afc91d22a"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -116,6 +116,7 @@
     X(SIGN) \
     X(FLOOR) \
     X(CEIL) \
+    X(STOP_GRADIENT) \
     X(WHERE_VV) \
     X(WHERE_VS) \
     X(WHERE_SV) \
@@ -131,6 +132,9 @@
     X(SOLVE) \
     X(INV) \
     X(SLOGDET) \
+    X(EIGH) \
+    X(CUMSUM) \
+    X(CUMPROD) \
     X(GUARD_LT) \
     X(GUARD_LE) \
     X(GUARD_GT) \
@@ -144,7 +148,8 @@
     X(CLIP) \
     X(AXPY) \
     X(SQDIFF) \
-    X(CSUM)
+    X(CSUM) \
+    X(PYCALL)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */
 #define RT_UNARY(X) \
@@ -191,7 +196,8 @@
     X(LOGICAL_NOT, ((double)(x == 0.0))) \
     X(SIGN, ((double)((x > 0) - (x < 0)))) \
     X(FLOOR, (floor(x))) \
-    X(CEIL, (ceil(x)))
+    X(CEIL, (ceil(x))) \
+    X(STOP_GRADIENT, (x))
 
 /* Differentiable binary ops: X(NAME, value in x y, d/dx, d/dy in x y f) */
 #define RT_BINARY(X) \
@@ -238,7 +244,10 @@
     X(TRISOLVE) \
     X(SOLVE) \
     X(INV) \
-    X(SLOGDET)
+    X(SLOGDET) \
+    X(EIGH) \
+    X(CUMSUM) \
+    X(CUMPROD)
 
 /* Branch guards: X(NAME, predicate in x y) */
 #define RT_GUARDS(X) \

@@ -42,18 +42,20 @@ def check_all(f, x, hessian=True, fd_rtol=1e-6):
     x2 = x + 0.01 * np.random.default_rng(1).standard_normal(np.shape(x))
     np.testing.assert_allclose(ct.gradient(x2), rt.gradient(f, x2), rtol=1e-11, atol=1e-12)
     if hessian:
-        H_ref = tape.hessian(x)
-        H_c = ct.hessian(x)
-        scale = np.abs(H_ref).max()
+        size = np.size(x)
+        H_ref = tape.hessian(x).reshape(size, size)
+        H_c = ct.hessian(x).reshape(size, size)
+        scale = max(np.abs(H_ref).max(), 1e-300)
         np.testing.assert_allclose(H_c, H_ref, rtol=1e-10, atol=1e-11 * scale)
         np.testing.assert_allclose(H_ref, H_ref.T, rtol=1e-9, atol=1e-10 * scale)
         # Hessian columns against finite differences of the (compiled) gradient
         rng = np.random.default_rng(2)
         v = rng.standard_normal(np.shape(x))
         h = 1e-4
-        fd = (ct.gradient(x + h * v) - ct.gradient(x - h * v)) / (2 * h)
-        np.testing.assert_allclose(H_c @ v, fd, rtol=1e-5, atol=1e-6 * scale)
-        np.testing.assert_allclose(ct.hvp(x, v), H_c @ v, rtol=1e-10, atol=1e-11 * scale)
+        fd = (ct.gradient(x + h * v) - ct.gradient(x - h * v)).ravel() / (2 * h)
+        Hv = H_c @ v.ravel()
+        np.testing.assert_allclose(Hv, fd, rtol=1e-5, atol=1e-6 * scale)
+        np.testing.assert_allclose(np.ravel(ct.hvp(x, v)), Hv, rtol=1e-10, atol=1e-11 * scale)
     return tape, ct
 
 
@@ -369,3 +371,226 @@ def test_mvn_logpdf_through_cholesky_matches_scipy(rng):
     np.testing.assert_allclose(logp(x), multivariate_normal(x[:n], X @ X.T + np.eye(n)).logpdf(y),
                                rtol=1e-12)
     check_all(logp, x)
+
+
+# ---------------------------------------------------------------------------- eigh
+
+@pytest.mark.parametrize("n", [1, 2, 5, 12])
+def test_eigh(n, rng):
+    u = rng.standard_normal(n)
+    W = rng.standard_normal((n, n))
+    b = rng.standard_normal(n)
+
+    def f(x):
+        X = np.reshape(x, (n, n))
+        w, V = np.linalg.eigh(X + X.T)
+        # sign-invariant in the eigenvectors, so plain numpy evaluates it too
+        return np.sum(u * w) + np.sum(W * V * V) + np.sum((b @ V) ** 2 * u)
+
+    tape, ct = check_all(f, rng.standard_normal(n * n), hessian=n <= 5)
+    assert "EIGH" in opcodes(ct)
+
+
+def test_eigh_values_vectors_and_sign_convention(rng):
+    from revtape import ops
+    n = 6
+    X = rng.standard_normal((n, n))
+    A = X + X.T
+    B = A.copy()
+    B[0, 3] = 50.0                          # the upper triangle is not read (UPLO='L')
+    t = rt.Tape()
+    w, V = np.linalg.eigh(t.track(B))
+    we, Ve = np.linalg.eigh(A)
+    np.testing.assert_allclose(rt.value(w), we, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(rt.value(V), ops.eigh_signs(Ve), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rt.value(np.linalg.eigvalsh(t.track(A))), we, rtol=1e-12,
+                               atol=1e-13)
+    wu, Vu = np.linalg.eigh(t.track(A.T.copy()), UPLO="U")
+    np.testing.assert_allclose(rt.value(wu), we, rtol=1e-12, atol=1e-13)
+    # a function of the raw eigenvectors: reference and compiled replays agree
+    Wt = rng.standard_normal((n, n))
+    f = lambda A: np.sum(Wt * np.linalg.eigh(A)[1])
+    tape = rt.GradientTape(f, A)
+    ct = rt.compile(tape)
+    np.testing.assert_allclose(ct.forward(A), tape.forward(A), rtol=1e-11)
+    g = ct.gradient(A)
+    np.testing.assert_allclose(g, tape.gradient(A), rtol=1e-10, atol=1e-11)
+    D = rng.standard_normal((n, n))
+    D = D + D.T
+    h = 1e-6
+    fs = lambda A: np.sum(Wt * ops.eigh_signs(np.linalg.eigh(A)[1]))
+    np.testing.assert_allclose(np.sum(g * D), (fs(A + h * D) - fs(A - h * D)) / (2 * h),
+                               rtol=1e-6)
+
+
+def test_eigh_gradient_of_eigenvalues_at_a_degenerate_point():
+    f = lambda A: np.sum(np.linalg.eigh(A)[0] ** 2)    # = sum(A**2) for symmetric A
+    A = np.eye(3) * 2.0
+    tape = rt.GradientTape(f, A)
+    for replay in (tape, rt.compile(tape)):
+        np.testing.assert_allclose(replay.gradient(A), 2 * A, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- verifier
+
+def _tampered(ct, **ints_at):
+    from revtape import compiler
+    from revtape.compiled import CompiledTape
+    state = ct.program.to_state()
+    ints = state["ints"].copy()
+    for k, v in ints_at.items():
+        ints[int(k[1:])] = v
+    state["ints"] = ints
+    return lambda: CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
+
+
+@pytest.mark.parametrize("field,value,message", [
+    (0, 7, "must equal"),             # N no longer matches M
+    (0, -1, "negative shape"),
+    (2, 3, "flags"),                  # flags on a cholesky
+    (3, 0, "scratch"),                # scratch over the inputs
+    (3, 10 ** 7, "scratch"),          # scratch outside the arena
+])
+def test_verifier_checks_linalg_records(field, value, message, rng):
+    A = spd(rng.standard_normal(9), 3)
+    ct = rt.compile(rt.GradientTape(lambda A: np.sum(np.linalg.cholesky(A)), A))
+    code = ct.program.code
+    row = [i for i in range(code.shape[0]) if "CHOLESKY" in ct.disassemble().splitlines()[i + 1]][0]
+    c = int(code[row, 5])
+    make = _tampered(ct, **{f"i{c + field}": value})
+    with pytest.raises(rt.VerificationError, match=message):
+        make()
+    # the scratch may not overlap the instruction's own output
+    out = int(code[row, 2])
+    with pytest.raises(rt.VerificationError, match="scratch"):
+        _tampered(ct, **{f"i{c + 3}": out})()
+
+
+def test_array_methods_dispatch(rng):
+    x = rng.standard_normal((3, 3))
+    t = rt.Tape()
+    tx = t.track(x)
+    np.testing.assert_array_equal(rt.value(tx.cumsum(axis=0)), x.cumsum(axis=0))
+    np.testing.assert_array_equal(rt.value(tx.cumprod()), x.cumprod())
+    assert tx.argmax() == x.argmax() and tx.argmin(axis=0).tolist() == x.argmin(axis=0).tolist()
+    np.testing.assert_array_equal(tx.argsort(axis=1), x.argsort(axis=1))
+    np.testing.assert_array_equal(rt.value(tx.diagonal(1)), x.diagonal(1))
+    assert rt.value(tx.trace()) == x.trace()
+
+
+@pytest.mark.parametrize("kw", [{}, {"assume_a": "gen", "transposed": True},
+                                {"assume_a": "sym"}, {"assume_a": "sym", "lower": True},
+                                {"assume_a": "pos"}, {"assume_a": "pos", "lower": True},
+                                {"assume_a": "lower triangular"}])
+def test_scipy_solve_inv_det(kw, rng):
+    n = 4
+    A = spd(rng.standard_normal(n * n), n)
+    A[0, 3] += 0.5                          # not symmetric: each kind reads its part
+    b = rng.standard_normal(n)
+    exp = sla.solve(A, b, **kw)
+    t = rt.Tape()
+    np.testing.assert_allclose(rt.value(sla.solve(t.track(A), b, **kw)), exp, rtol=1e-11)
+    f = lambda A: np.sum(np.sin(sla.solve(A, b, **kw)))
+    if kw.get("assume_a") == "pos":
+        # cholesky's gradient is the symmetric one: check along symmetric directions
+        check_grad(lambda X: f(X + X.T), A / 2)
+    else:
+        check_grad(f, A)
+    tape = rt.GradientTape(f, A)
+    np.testing.assert_allclose(rt.compile(tape).gradient(A), tape.gradient(A), rtol=1e-11,
+                               atol=1e-13)
+    np.testing.assert_allclose(rt.value(sla.inv(t.track(A))), sla.inv(A), rtol=1e-11)
+    np.testing.assert_allclose(rt.value(sla.det(t.track(A))), sla.det(A), rtol=1e-11)
+
+
+def test_cholesky_of_overflowing_matrices_is_nan_in_both_replays():
+    # exp overflows to inf inside the function: on the diagonal, off it
+    for where in ((0, 0), (1, 0)):
+        def f(x):
+            E = np.zeros((2, 2))
+            E[where] = 1.0
+            A = np.eye(2) * 3.0 + np.exp(x[0]) * (E + E.T) / (1.0 + (where[0] == where[1]))
+            return np.sum(np.linalg.cholesky(A))
+        tape = rt.GradientTape(f, np.array([0.0]))
+        for replay in (tape, rt.compile(tape)):
+            assert np.isnan(replay.forward(np.array([800.0])))
+            assert np.isfinite(replay.forward(np.array([0.0])))
+
+
+def test_empty_matrices_replay():
+    x = np.ones(2)
+
+    def f(x):
+        E = x[1] * np.ones((0, 0))
+        return (x[0] + np.sum(np.linalg.cholesky(E)) + np.linalg.slogdet(E)[1]
+                + np.sum(np.linalg.eigh(E)[0]) + np.sum(np.linalg.solve(E, np.ones(0)))
+                + np.sum(np.linalg.inv(E)) + np.sum(sla.solve_triangular(E, np.ones(0))))
+
+    tape = rt.GradientTape(f, x)
+    for replay in (tape, rt.compile(tape)):
+        v, g = replay.value_and_gradient(x)
+        assert v == 1.0 and g.tolist() == [1.0, 0.0]
+
+
+# ---------------------------------------------------------------------------- Jacobians
+# Every kernel's three sweeps against each other: the reference replay's
+# Jacobian (numpy reverse rules), the compiled reverse sweeps (rt_jacobian)
+# and the compiled tangent sweeps (jvp, one column at a time).
+
+def _sym_in(n):
+    return lambda x: np.reshape(x, (n, n)) + np.reshape(x, (n, n)).T
+
+
+JACOBIAN_CASES = {
+    "cholesky": (9, lambda x: np.linalg.cholesky(_sym_in(3)(x) + 6 * np.eye(3))),
+    "trisolve": (12, lambda x: sla.solve_triangular(
+        np.reshape(x[:9], (3, 3)) + 4 * np.eye(3), x[9:], lower=True)),
+    "trisolve_T_upper": (15, lambda x: sla.solve_triangular(
+        np.reshape(x[:9], (3, 3)) + 4 * np.eye(3), np.reshape(x[9:], (3, 2)), trans="T")),
+    "solve": (12, lambda x: np.linalg.solve(np.reshape(x[:9], (3, 3)) + 4 * np.eye(3), x[9:])),
+    "inv": (9, lambda x: np.linalg.inv(np.reshape(x, (3, 3)) + 4 * np.eye(3))),
+    "slogdet": (9, lambda x: np.linalg.slogdet(np.reshape(x, (3, 3)) + 4 * np.eye(3))[1]
+                * np.ones(1)),
+    "eigh": (9, lambda x: np.linalg.eigh(_sym_in(3)(x) + np.diag([0.0, 3.0, 6.0]))[1]),
+    "eigvals": (9, lambda x: np.linalg.eigh(_sym_in(3)(x) + np.diag([0.0, 3.0, 6.0]))[0]),
+    "cumsum": (6, lambda x: np.cumsum(np.reshape(x, (2, 3)), axis=1)),
+    "cumprod": (6, lambda x: np.cumprod(np.reshape(x, (2, 3)), axis=0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JACOBIAN_CASES))
+def test_reverse_and_tangent_sweeps_agree(name, rng):
+    size, f = JACOBIAN_CASES[name]
+    x = rng.standard_normal(size) * 0.3
+    tape = rt.JacobianTape(f, x)
+    ct = rt.compile(tape)
+    J_ref = tape.jacobian(x)
+    J_rev = ct.jacobian(x)
+    scale = np.abs(J_ref).max()
+    np.testing.assert_allclose(J_rev, J_ref, rtol=1e-11, atol=1e-12 * scale)
+    J_fwd = np.stack([ct.jvp(x, e) for e in np.eye(size)], axis=-1)
+    np.testing.assert_allclose(J_fwd, J_ref, rtol=1e-11, atol=1e-12 * scale)
+    h = 1e-6
+    fd = np.stack([(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(size)], axis=-1)
+    if name.startswith("eigh"):
+        from revtape import ops
+        g = lambda x: ops.eigh_signs(f(x))
+        fd = np.stack([(g(x + h * e) - g(x - h * e)) / (2 * h) for e in np.eye(size)], axis=-1)
+    np.testing.assert_allclose(J_ref, fd, rtol=1e-5, atol=1e-6 * scale)
+
+
+def test_gp_workload_gradient_and_hessian():
+    from revtape import workloads as W
+    wl = W.gp(n=20)
+    tape = rt.GradientTape(wl.f, wl.x0)
+    ct = rt.compile(tape)
+    v, g = ct.value_and_gradient(wl.x0)
+    v_ref, g_ref = wl.numpy_vg(wl.x0)
+    np.testing.assert_allclose(v, v_ref, rtol=1e-12)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-10)
+    H = ct.hessian(wl.x0)
+    np.testing.assert_allclose(H, tape.hessian(wl.x0), rtol=1e-10, atol=1e-12 * np.abs(H).max())
+    h = 1e-5
+    fd = np.stack([(wl.numpy_vg(wl.x0 + h * e)[1] - wl.numpy_vg(wl.x0 - h * e)[1]) / (2 * h)
+                   for e in np.eye(3)], axis=1)
+    np.testing.assert_allclose(H, fd, rtol=1e-6, atol=1e-8 * np.abs(H).max())

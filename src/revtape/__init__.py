@@ -12,9 +12,10 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Conv
                      TapeMixError, UnsupportedError, VerificationError)
 from .tape import NULL_TAPE, Tape
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
-from . import linalg
+from . import linalg, structure
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
+from .primitives import defjvp, defvjp, primitive, stop_gradient
 
 __version__ = "0.1.0"
 
@@ -47,4 +48,5 @@ __all__ = [
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
     "BuildMismatchError", "BranchChanged", "StaleTape",
+    "primitive", "defvjp", "defjvp", "stop_gradient",
 ]

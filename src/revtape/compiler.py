@@ -53,6 +53,9 @@ class Program:
     format_version: int = FORMAT_VERSION
     op_table_hash: str = ops.OP_TABLE_HASH
     stats: dict = field(default_factory=dict)
+    # PYCALL slot -> primitives.CallSite (the primitive, by qualified name when
+    # pickled, and its static arguments): the callback table of this program
+    callbacks: list = field(default_factory=list)
 
     @property
     def out_len(self):
@@ -95,6 +98,7 @@ class _Lowering:
         self.offset = {}        # node id -> arena offset (consts are offset into the const list first)
         self.adj = set()        # node ids that carry an adjoint
         self.guard_list = []
+        self.callbacks = []
         self._use_counts = None
 
     # ------------------------------------------------ analysis
@@ -388,6 +392,8 @@ class _Lowering:
                 idx = np.asarray(params["idx"]).ravel()
                 self.emit("SCATTER_ADD", idx.size, o, self.broadcast(g, np.shape(params["idx"])),
                           n, self._ints(idx), flags=flag[0])
+            elif fam == ops.PYCALL:
+                self._lower_pycall(o, n, args, params, flag)
             elif op.name == "concat":
                 pieces = ops.concat_pieces([_shp(self.vals[a]) for a in args], params["axis"])
                 for a, pos, f in zip(args, pieces, flag):
@@ -446,6 +452,12 @@ class _Lowering:
     def _lower_linalg(self, op, o, args, params, flag):
         # ints record (N, M, flags, scratch): see csrc/linalg.h
         sa = _shp(self.vals[args[0]])
+        if op.name in ("cumsum", "cumprod"):
+            m = sa[-1]
+            size = _size(sa)
+            self.emit(op.name.upper(), size, o, self.offset[args[0]], 0,
+                      self._ints([size // m if m else 0, m, 0, 0]), flags=flag[0])
+            return
         nn = sa[0]
         mm = nn
         if len(args) > 1:
@@ -455,13 +467,25 @@ class _Lowering:
         if op.name == "trisolve":
             bits = (params["lower"] and 1) | (params["trans"] and 2) | (params["unit"] and 4)
         scratch = {"cholesky": nn * nn, "trisolve": nn * mm, "solve": nn * nn + nn + nn * mm,
-                   "inv": 2 * nn * nn + nn, "slogdet": 2 * nn * nn + nn}[op.name]
+                   "inv": 2 * nn * nn + nn, "slogdet": 2 * nn * nn + nn,
+                   "eigh": 3 * nn * nn}[op.name]
         s = self._alloc(scratch)
         n = 2 if op.name == "slogdet" else nn * (mm if op.name in ("trisolve", "solve") else nn)
+        if op.name == "eigh":
+            n = nn + nn * nn
         b = self.offset[args[1]] if len(args) > 1 else 0
         self.emit(op.name.upper(), n, o, self.offset[args[0]], b,
                   self._ints([nn, mm, int(bits), s]),
                   flags=flag[0] | ((flag[1] if len(args) > 1 else 0) << 1))
+    def _lower_pycall(self, o, n, args, params, flag):
+        # operands are read where they live (aliases included); the callback
+        # adds the operands' adjoints in place, as every other kernel does
+        entries = []
+        for a, f in zip(args, flag):
+            entries += [self.offset[a], _size(_shp(self.vals[a])), int(f)]
+        slot = len(self.callbacks)
+        self.callbacks.append(params["site"])
+        self.emit("PYCALL", n, o, slot, len(args), self._ints(entries), flags=int(any(flag)))
 
     def _lower_guard(self, args, params):
         a, b = args
@@ -487,7 +511,9 @@ class _Lowering:
             out_shape=tuple(_shp(self.vals[out_id])), inputs=self.input_layout,
             guards=self.guard_list, value_off=self.offset[vid] if vid is not None else -1,
             stats={"tape_instructions": len(tape._instrs), "kept": len(self.kept),
-                   "program_instructions": len(self.words)})
+                   "program_instructions": len(self.words),
+                   "callback_instructions": len(self.callbacks)},
+            callbacks=list(self.callbacks))
 
 
 def compile_tape(tape, guards=True, n_grad=None):

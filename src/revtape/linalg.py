@@ -101,6 +101,29 @@ def det(a):
     return P.mul(sign, P.exp(logdet))
 
 
+_EighResult = type(np.linalg.eigh(np.eye(1)))
+
+
+def eigh(a, UPLO="L"):
+    """np.linalg.eigh: (eigenvalues ascending, eigenvectors as columns), from
+    a's lower (UPLO='L') or upper triangle.  Each eigenvector's
+    largest-magnitude component is positive (numpy's signs are arbitrary:
+    LAPACK's choice).  Gradients are nan where eigenvalues coincide."""
+    n = _square("eigh", a)
+    if UPLO not in ("L", "U", "l", "u"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    if UPLO in ("U", "u"):
+        a = ops.transpose(a)
+    r = P.eigh(a)
+    w = P.take(r, idx=np.arange(n))
+    V = P.reshape(P.take(r, idx=np.arange(n, n + n * n)), shape=(n, n))
+    return _EighResult(w, V)
+
+
+def eigvalsh(a, UPLO="L"):
+    return eigh(a, UPLO)[0]
+
+
 # ---------------------------------------------------------------- structure (gathers and selects)
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
@@ -182,16 +205,51 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     return P.trisolve(c, y, lower=lower, trans=lower, unit=False)
 
 
+def scipy_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
+                assume_a=None, transposed=False):
+    """scipy.linalg.solve: 'gen' (LU), 'sym'/'her' (LU of the symmetric matrix
+    built from a's lower or upper triangle, the one scipy reads), 'pos'
+    (Cholesky), 'lower triangular'/'upper triangular' (a triangular solve);
+    transposed=True solves a^T x = b."""
+    n = _square("solve", a)
+    _rhs("solve", n, b)
+    kind = {None: "gen", "gen": "gen", "general": "gen", "sym": "sym", "symmetric": "sym",
+            "her": "sym", "hermitian": "sym", "pos": "pos", "positive definite": "pos",
+            "lower triangular": "lower", "upper triangular": "upper"}.get(assume_a)
+    if kind is None:
+        raise UnsupportedError(f"scipy.linalg.solve(assume_a={assume_a!r}) is not supported on "
+                               "tracked values")
+    if kind in ("lower", "upper"):
+        return P.trisolve(a, b, lower=kind == "lower", trans=bool(transposed), unit=False)
+    if kind == "pos":
+        return cho_solve(cho_factor(a, lower=lower), b)      # symmetric: transposed is moot
+    if kind == "sym":
+        t = ops.tril(a) if lower else ops.triu(a)
+        strict = ops.tril(a, -1) if lower else ops.triu(a, 1)
+        return P.solve(P.add(t, ops.transpose(strict)), b)
+    return P.solve(ops.transpose(a) if transposed else a, b)
+
+
+def scipy_inv(a, overwrite_a=False, check_finite=True):
+    return inv(a)
+
+
+def scipy_det(a, overwrite_a=False, check_finite=True):
+    return det(a)
+
+
 # ---------------------------------------------------------------- dispatch
 
 _t.HANDLED_FUNCTIONS.update({
     np.linalg.cholesky: cholesky, np.linalg.solve: solve, np.linalg.inv: inv,
-    np.linalg.slogdet: slogdet, np.linalg.det: det,
+    np.linalg.slogdet: slogdet, np.linalg.det: det, np.linalg.eigh: eigh,
+    np.linalg.eigvalsh: eigvalsh,
     np.trace: trace, np.diag: diag, np.diagonal: diagonal, np.tril: tril, np.triu: triu,
 })
 
 _SCIPY = {"solve_triangular": solve_triangular, "cholesky": scipy_cholesky,
-          "cho_factor": cho_factor, "cho_solve": cho_solve}
+          "cho_factor": cho_factor, "cho_solve": cho_solve, "solve": scipy_solve,
+          "inv": scipy_inv, "det": scipy_det}
 
 
 def _any_tracked(args, kwargs):
@@ -227,5 +285,5 @@ def _install_scipy():
 
 _install_scipy()
 
-__all__ = ["cholesky", "solve", "inv", "slogdet", "det", "diagonal", "trace", "diag", "tril",
+__all__ = ["cholesky", "solve", "inv", "slogdet", "det", "eigh", "eigvalsh", "diagonal", "trace", "diag", "tril",
            "triu", "solve_triangular", "cho_factor", "cho_solve", "LinAlgShapeError"]

@@ -40,6 +40,7 @@ UNARY, BINARY, UNARY_ND, BINARY_ND = "unary", "binary", "unary_nd", "binary_nd"
 WHERE, CLIP, REDUCE, MATMUL, GUARD = "where", "clip", "reduce", "matmul", "guard"
 STRUCT = "struct"  # reshape/take/item/scatter_add/concat: lowered to aliases, gathers, scatters
 LINALG = "linalg"  # dense matrix kernels in csrc/linalg.c: one opcode each
+PYCALL = "pycall"  # a user's @rt.primitive: the VM calls back into Python (primitives.py)
 
 
 @dataclass(eq=False)
@@ -391,6 +392,10 @@ _def("logical_not", UNARY_ND, _mask(np.logical_not), c_fwd="(double)(x == 0.0)",
 _def("sign", UNARY_ND, _quiet(np.sign), c_fwd="(double)((x > 0) - (x < 0))", diff=False)
 _def("floor", UNARY_ND, _quiet(np.floor), c_fwd="floor(x)", diff=False)
 _def("ceil", UNARY_ND, _quiet(np.ceil), c_fwd="ceil(x)", diff=False)
+# rt.stop_gradient (JAX): the value passes through, no derivative flows back
+# (diff=False: no adjoint, no tangent, nothing in a traced reverse pass).
+_def("stop_gradient", UNARY_ND, lambda x: np.array(x, dtype=np.float64)[()], c_fwd="x",
+     diff=False)
 
 # ---------------------------------------------------------------- select and clip
 
@@ -597,8 +602,13 @@ def _cholesky_vjp(i, g, L, A):
     return P.mul(P.add(st, transpose(st)), 0.5)
 
 
-_def("cholesky", LINALG,
-     _nan_on(lambda a: np.full(np.shape(a), np.nan), lambda a: np.linalg.cholesky(a)),
+def _cholesky_fwd(a):
+    L = np.linalg.cholesky(a)
+    # as the C kernel: an infinite pivot is a failure too
+    return L if np.isfinite(np.diagonal(L)).all() else np.full(np.shape(a), np.nan)
+
+
+_def("cholesky", LINALG, _nan_on(lambda a: np.full(np.shape(a), np.nan), _cholesky_fwd),
      vjp=_cholesky_vjp, doc="L = cholesky(A), reads A's lower triangle; not PD -> all nan")
 
 
@@ -660,6 +670,97 @@ _def("slogdet", LINALG, _quiet(_slogdet_fwd),
      vjp=lambda i, g, ans, a: P.mul(P.item(g, i=1), transpose(P.inv(a))),
      doc="[sign, log|det A|]; only log|det A| is differentiable")
 
+def eigh_signs(V):
+    """Each column's largest-magnitude entry (the first of equal ones) made
+    positive: the sign convention of the EIGH kernel (LAPACK's is arbitrary)."""
+    V = np.array(V, dtype=np.float64)
+    if V.size == 0:
+        return V
+    m = np.argmax(np.abs(V), axis=0)
+    flip = V[m, np.arange(V.shape[1])] < 0
+    V[:, flip] *= -1.0
+    return V
+
+
+def _eigh_fwd(a):
+    a = np.asarray(a, dtype=np.float64)
+    n = a.shape[0]
+    if not np.isfinite(np.tril(a)).all():
+        return np.full(n + n * n, np.nan)
+    w, V = np.linalg.eigh(a)
+    return np.concatenate([w, eigh_signs(V).ravel()])
+
+
+def _eigh_vjp(i, g, ans, a):
+    # A-bar = sym(V (diag(w-bar) + F o (V^T V-bar)) V^T), F[i, j] = 1/(w[j] - w[i])
+    n = shape_of(a)[0]
+    w = P.take(ans, idx=np.arange(n))
+    V = P.reshape(P.take(ans, idx=np.arange(n, n + n * n)), shape=(n, n))
+    wbar = P.take(g, idx=np.arange(n))
+    Vbar = P.reshape(P.take(g, idx=np.arange(n, n + n * n)), shape=(n, n))
+    eye = np.eye(n)
+    diff = P.sub(P.reshape(w, shape=(1, n)), P.reshape(w, shape=(n, 1)))
+    F = P.where(eye, 0.0, P.reciprocal(P.where(eye, 1.0, diff)))
+    M = P.where(eye, broadcast_to(P.reshape(wbar, shape=(1, n)), (n, n)),
+                P.azmul(P.matmul(transpose(V), Vbar), F))
+    abar = P.matmul(P.matmul(V, M), transpose(V))
+    return P.mul(P.add(abar, transpose(abar)), 0.5)
+
+
+_def("eigh", LINALG, _quiet(_eigh_fwd), vjp=_eigh_vjp,
+     doc="[w ascending | V row-major] of A's lower triangle; see eigh_signs")
+
+# ---------------------------------------------------------------- scans (last axis)
+# cumsum/cumprod along the last axis (tracked.py moves another axis last with
+# gathers); sequential, in numpy's order, so the compiled replay is bit-for-bit.
+
+def flip_last(x):
+    s = shape_of(x)
+    idx = np.ascontiguousarray(np.arange(int(np.prod(s, dtype=np.int64))).reshape(s)[..., ::-1])
+    return P.take(x, idx=idx)
+
+
+def _cumprod_vjp(i, g, y, x):
+    if getattr(g, "_is_tracked", False) or getattr(x, "_is_tracked", False):
+        # traced (second derivatives): revcumsum(g y) / x, which needs x != 0
+        return P.div(flip_last(P.cumsum(flip_last(P.mul(g, y)))), x)
+    # plain values: the C kernel's zero-safe recurrence, dx[i] = y[i-1] r[i],
+    # r[i] = g[i] + x[i+1] r[i+1]
+    g, x, y = (np.asarray(v, dtype=np.float64) for v in (g, x, y))
+    m = x.shape[-1]
+    dx = np.empty_like(x)
+    if m:
+        r = g[..., m - 1].copy()
+        for k in range(m - 1, -1, -1):
+            dx[..., k] = (y[..., k - 1] if k > 0 else 1.0) * r
+            if k > 0:
+                r = g[..., k - 1] + x[..., k] * r
+    return dx
+
+
+_def("cumsum", LINALG, _quiet(lambda x: np.cumsum(x, axis=-1)),
+     vjp=lambda i, g, ans, x: flip_last(P.cumsum(flip_last(g))),
+     doc="cumulative sum along the last axis")
+_def("cumprod", LINALG, _quiet(lambda x: np.cumprod(x, axis=-1)), vjp=_cumprod_vjp,
+     doc="cumulative product along the last axis; zero-safe reverse")
+# ---------------------------------------------------------------- Python callbacks
+# One instruction per call of an @rt.primitive on tracked values.  params
+# {"site": primitives.CallSite} holds the primitive, its static arguments and
+# which positions the tracked operands fill; forward and VJP are the user's
+# Python, re-run at every replay (never values kept from the recording).
+
+
+def _pycall_fwd(*vals, site):
+    return site.forward(vals)
+
+
+def _pycall_vjp(i, g, ans, *vals, site):
+    return site.vjp(i, g, ans, vals)
+
+
+_def("pycall", PYCALL, _pycall_fwd, vjp=_pycall_vjp,
+     doc="a call of a user's @rt.primitive; the VM calls back into Python")
+
 # ---------------------------------------------------------------- guards
 # A guard records the outcome of a comparison that Python branched on.  It has
 # no output; replays re-evaluate the exact predicate and stop when it differs.
@@ -704,7 +805,8 @@ BINARY_VARIANTS = ("VV", "VS", "SV")
 # residual of every Gaussian log density and least-squares loss), and CSUM,
 # a run of scalar `s = s + t` / `s = s - t` as one instruction (CppAD's
 # cumulative sum: how scalar code adds up its terms).
-VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF", "CSUM")
+VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF", "CSUM",
+             "PYCALL")
 
 
 def _vm_opcodes():
