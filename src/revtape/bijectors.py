@@ -13,9 +13,7 @@ lower one of a correlation Cholesky factor), as Stan and TFP define it.
 
 Every method works on tracked values (recording array instructions, so it
 compiles) and on plain numbers/arrays.  Cumulative sums (stick-breaking,
-ordered) are products with constant triangular 0/1 matrices: one matmul
-instruction each, O(K^2) in the event size K, which suits the small K of
-these constraints (np.cumsum on tracked values is being added separately).
+ordered) are np.cumsum along the last axis: one instruction each.
 
     exp, log, positive          x > 0              (positive = exp)
     interval(a, b)              a < x < b          scaled logistic
@@ -133,15 +131,15 @@ class interval(Bijector):
         return np.sum(lw + P.log_expit(y) + P.log_expit(-y))
 
 
-def _cum(k, inclusive, reverse=False):
-    """The constant (k, k) 0/1 matrix T with T @ v = cumsum(v) (variants)."""
-    T = np.tril(np.ones((k, k)), 0 if inclusive else -1)
-    return T.T if reverse else T
+def _exclusive_cumsum(v):
+    """[0, v_0, v_0 + v_1, ...] along the last axis: one entry longer than v."""
+    zero = np.zeros(_n(v)[:-1] + (1,))
+    return np.concatenate([zero, np.cumsum(v, axis=-1)], axis=-1)
 
 
-def _last_axis_matmul(v, M):
-    """M applied along the last axis of v (v is 1-D or 2-D): M @ v or v @ M.T."""
-    return M @ v if len(_n(v)) == 1 else v @ np.ascontiguousarray(M.T)
+def _reverse_cumsum(v):
+    """v_k + v_{k+1} + ... along the last axis (summed from the end)."""
+    return np.cumsum(v[..., ::-1], axis=-1)[..., ::-1]
 
 
 class _Simplex(Bijector):
@@ -161,17 +159,15 @@ class _Simplex(Bijector):
     def forward(self, y):
         km1 = _n(y)[-1]
         u = y - self._offsets(km1)
-        K = km1 + 1
-        excl = np.tril(np.ones((K, km1)), -1)          # log rest before k: sum_{j<k}
-        embed = np.eye(K, km1)                         # log z_k in the first K-1 slots
-        log_rest = _last_axis_matmul(P.log_expit(-u), excl)
-        return np.exp(log_rest + _last_axis_matmul(P.log_expit(u), embed))
+        log_rest = _exclusive_cumsum(P.log_expit(-u))  # (..., K): log of the stick left
+        log_z = np.concatenate([P.log_expit(u), np.zeros(_n(u)[:-1] + (1,))], axis=-1)
+        return np.exp(log_rest + log_z)
 
     @_quiet
     def inverse(self, x):
         K = _n(x)[-1]
         # the rest at k, x_k + ... + x_K, summed from the end (more accurate than 1 - cumsum)
-        rest = _last_axis_matmul(x, _cum(K, True, reverse=True)[:K - 1])
+        rest = _reverse_cumsum(x)[..., :K - 1]
         head = x[..., :K - 1]
         return P.logit(head / rest) + self._offsets(K - 1)
 
@@ -180,7 +176,7 @@ class _Simplex(Bijector):
         km1 = _n(y)[-1]
         u = y - self._offsets(km1)
         lneg = P.log_expit(-u)
-        log_rest = _last_axis_matmul(lneg, _cum(km1, False))
+        log_rest = _exclusive_cumsum(lneg)[..., :km1]
         # d x_k / d y_k = rest_k z_k (1 - z_k); the Jacobian is triangular
         return np.sum(log_rest + P.log_expit(u) + lneg)
 
@@ -200,14 +196,12 @@ class _Ordered(Bijector):
     def forward(self, y):
         k = _n(y)[-1]
         steps = P.where(self._first(k), y, np.exp(y))
-        return _last_axis_matmul(steps, _cum(k, True))
+        return np.cumsum(steps, axis=-1)
 
     @_quiet
     def inverse(self, x):
-        k = _n(x)[-1]
-        D = np.eye(k) - np.eye(k, k=-1)                # x_k - x_{k-1}; row 0 keeps x_1
-        d = _last_axis_matmul(x, D)
-        return P.where(self._first(k), d, np.log(d))
+        d = np.diff(x, axis=-1)                        # x_k - x_{k-1}
+        return np.concatenate([x[..., :1], np.log(d)], axis=-1)
 
     @_quiet
     def forward_log_det_jacobian(self, y):
