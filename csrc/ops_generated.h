@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "5b461c0afc91d22a"
+#define RT_OP_TABLE_HASH "a87df39076fc844b"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -183,7 +183,7 @@
     X(ARCTANH, (atanh(x)), (1.0 / ((1.0 - x) * (1.0 + x)))) \
     X(SINC, (rt_sinc(x)), (rt_sinc_deriv(x, f))) \
     X(ERFC, (erfc(x)), (-M_2_SQRTPI * exp(-x * x))) \
-    X(ERFCX, (rt_erfcx(x)), (2.0 * x * f - M_2_SQRTPI)) \
+    X(ERFCX, (rt_erfcx(x)), (rt_erfcx_deriv(x, f))) \
     X(NDTR, (rt_ndtr(x)), (0.39894228040143267794 * exp(-0.5 * x * x))) \
     X(LOG_NDTR, (rt_log_ndtr(x)), (rt_log_ndtr_deriv(x))) \
     X(NDTRI, (rt_ndtri(x)), (2.50662827463100050242 * exp(0.5 * f * f))) \

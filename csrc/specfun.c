@@ -257,6 +257,22 @@ double rt_erfcx(double x)
     return 2.0 * rt_exp_x2(x) - rt_erfcx(-x);
 }
 
+/* erfcx'(x) = 2x erfcx(x) - 2/sqrt(pi).  From x = 2 on those terms cancel
+ * (by ~2x^2: 1e-13 relative at x = 25), so there the derivative comes from
+ * Laplace's continued fraction sqrt(pi) x erfcx(x) = x / (x + R),
+ * R = (1/2) / (x + 1 / (x + (3/2) / (x + ...))): erfcx' = -(2/sqrt(pi)) R / (x + R),
+ * with no cancellation; 60 terms converge to 1e-16 from x = 2 (checked
+ * against mpmath). */
+double rt_erfcx_deriv(double x, double f)
+{
+    if (!(x >= 2.0))
+        return 2.0 * x * f - M_2_SQRTPI;
+    double t = 0.0;
+    for (int k = 60; k >= 1; k--)
+        t = (0.5 * k) / (x + t);
+    return -M_2_SQRTPI * t / (x + t);
+}
+
 double rt_ndtr(double x)
 {
     /* Phi(x) = erfc(-x / sqrt 2) / 2, relative-accurate in the lower tail;

@@ -39,6 +39,7 @@ double rt_log_expit(double x);
 double rt_logaddexp(double x, double y);
 double rt_xlogy(double x, double y);
 double rt_erfcx(double x);
+double rt_erfcx_deriv(double x, double f);
 double rt_ndtr(double x);
 double rt_log_ndtr(double x);
 double rt_log_ndtr_deriv(double x);

@@ -309,3 +309,13 @@ def test_gammainc_is_differentiable_in_x_only():
         for spelled in (getattr(sps, name), getattr(rt.special, name)):
             with pytest.raises(rt.UnsupportedError, match="shape a"):
                 rt.gradient(lambda a: np.sum(spelled(a, x)), a)
+
+
+def test_erfcx_partial_has_no_cancellation_at_large_x():
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 40
+    x = np.array([2.5, 8.0, 30.0, 1e3, 1e8])
+    g = rt.compile(rt.GradientTape(lambda v: np.sum(sps.erfcx(v)), x)).gradient(x)
+    for xi, gi in zip(x, g):
+        exact = mpmath.diff(lambda t: mpmath.erfc(t) * mpmath.exp(t * t), xi)
+        assert abs(float((gi - exact) / exact)) < 1e-15
