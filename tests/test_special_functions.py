@@ -319,3 +319,14 @@ def test_erfcx_partial_has_no_cancellation_at_large_x():
     for xi, gi in zip(x, g):
         exact = mpmath.diff(lambda t: mpmath.erfc(t) * mpmath.exp(t * t), xi)
         assert abs(float((gi - exact) / exact)) < 1e-15
+
+
+def test_rt_elementwise_refuses_opcodes_that_are_not_elementwise():
+    from revtape import ops
+    from revtape._vm import ffi, lib
+    x, out = np.ones(3), np.empty(3)
+    p = lambda a: ffi.from_buffer("double[]", a)
+    for code in (-1, ops.OPCODE["GATHER"], ops.OPCODE["REDUCE_SUM"], len(ops.OPCODE) + 5):
+        assert lib.rt_elementwise(code, 3, p(x), ffi.NULL, p(out)) == -1
+    assert lib.rt_elementwise(ops.OPCODE["ERFCX"], 3, p(x), ffi.NULL, p(out)) == 0
+    np.testing.assert_array_equal(out, _cspecial.evaluate("erfcx", x))

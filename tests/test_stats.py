@@ -412,3 +412,14 @@ def test_hessians_compiled_equal_reference_and_finite_differences(name, f, x0):
     fd = np.array([(rt.gradient(f, x0 + 0.05 + h * e) - rt.gradient(f, x0 + 0.05 - h * e)) / (2 * h)
                    for e in np.eye(len(x0))])
     np.testing.assert_allclose(H_ref, fd, rtol=1e-6, atol=1e-7)
+
+
+def test_lists_ints_and_lists_of_tracked_scalars_like_scipy():
+    assert rt.stats.poisson.logpmf(3, 2) == pytest.approx(st.poisson.logpmf(3, 2), rel=1e-14)
+    assert_like_scipy(rt.stats.expon.logpdf([1, 2, -1], scale=2), st.expon.logpdf([1, 2, -1], scale=2))
+    assert rt.stats.dirichlet.logpdf([0.2, 0.3, 0.5], [1, 2, 3]) == pytest.approx(
+        st.dirichlet.logpdf([0.2, 0.3, 0.5], [1, 2, 3]), rel=1e-14)
+    assert rt.stats.multivariate_normal.logpdf([1, 2], [0, 0], [[2, 0.5], [0.5, 1]]) == \
+        pytest.approx(st.multivariate_normal.logpdf([1, 2], [0, 0], [[2, 0.5], [0.5, 1]]), rel=1e-14)
+    g = rt.gradient(lambda m: np.sum(rt.stats.norm.logpdf([m, 2.0], 0, 1)), 1.0)
+    assert g == -1.0

@@ -123,11 +123,23 @@ def _cosm1(x):
     return -2.0 * np.square(np.sin(0.5 * x))
 
 
+def _as_input(v):
+    """Lists and ints become float arrays/floats (as scipy's asarray); tracked
+    values and None pass; a list holding tracked values is stacked."""
+    if v is None or istracked(v) or isinstance(v, (float, np.ndarray, _Dist)):
+        return v
+    if isinstance(v, (list, tuple)) and any(istracked(e) for e in v):
+        return np.stack([e if istracked(e) else np.asarray(e, dtype=np.float64) for e in v])
+    return np.asarray(v, dtype=np.float64)[()]
+
+
 def _quiet(method):
     import functools
 
     @functools.wraps(method)
     def quiet(*args, **kwargs):
+        args = [_as_input(a) for a in args]
+        kwargs = {k: (v if k == "allow_singular" else _as_input(v)) for k, v in kwargs.items()}
         # outside the support the unselected branch may take log(-1): numbers, not warnings
         with np.errstate(all="ignore"):
             return method(*args, **kwargs)
