@@ -11,6 +11,7 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Conv
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
 from .tape import NULL_TAPE, Tape
+from .watch import RandomDrawWarning
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from . import linalg, structure
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
@@ -47,6 +48,6 @@ __all__ = [
     "jacobian", "hessian", "hvp", "compile", "CompiledTape", "grad", "value_and_grad",
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
-    "BuildMismatchError", "BranchChanged", "StaleTape",
+    "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning",
     "primitive", "defvjp", "defjvp", "stop_gradient",
 ]
