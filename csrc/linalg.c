@@ -7,11 +7,13 @@
  * reverse 2n^3/3).
  *
  * Reverse-mode conventions:
- *   - CHOLESKY's adjoint is symmetric, (S + S^T)/2 with S Murray's (2016)
- *     lower-triangle result, as in autograd and JAX: a function of the
- *     lower triangle only is differentiated along symmetric perturbations.
- *     The reverse here runs the forward algorithm backwards (one pass,
- *     2n^3/3 flops); the tangent runs it forwards with A-dot symmetrised.
+ *   - CHOLESKY and EIGH read A's lower triangle only (as numpy's LAPACK
+ *     calls do), so their gradients are the exact ones of that function:
+ *     zero above the diagonal, S + S^T below it for Murray's (2016) S (JAX
+ *     and autograd symmetrise instead: (S + S^T)/2 on both sides; the two
+ *     agree along symmetric perturbations).  The Cholesky reverse runs the
+ *     forward algorithm backwards (one pass, 2n^3/3 flops); the tangent
+ *     runs it forwards.
  *   - Matrix products use plain multiplies (like MATMUL): a zero adjoint
  *     times an infinite or nan value gives nan.
  *   - Failed factorizations make nan results (see linalg.h); their
@@ -103,7 +105,8 @@ RT_CLONES static void chol_forward(double *L, const double *A, int64_t n)
     }
 }
 
-/* dA += sym(reverse of chol_forward applied to tril(G)); W: n*n scratch. */
+/* dA += reverse of chol_forward applied to tril(G), on A's lower triangle
+ * (the entries chol_forward reads); W: n*n scratch. */
 RT_CLONES static void chol_reverse(double *dA, const double *L, const double *G, double *W, int64_t n)
 {
     int64_t i, j;
@@ -131,17 +134,12 @@ RT_CLONES static void chol_reverse(double *dA, const double *L, const double *G,
         wj[j] = u;
         rt_laxpy(wj, -2.0 * u, lj, j);
     }
-    for (i = 0; i < n; i++) {
-        dA[i * n + i] += W[i * n + i];
-        for (j = 0; j < i; j++) {
-            const double h = 0.5 * W[i * n + j];
-            dA[i * n + j] += h;
-            dA[j * n + i] += h;
-        }
-    }
+    for (i = 0; i < n; i++)
+        for (j = 0; j <= i; j++)
+            dA[i * n + j] += W[i * n + j];
 }
 
-/* T = d cholesky(A)[Ad_sym], Ad_sym = (Ad + Ad^T)/2: chol_forward differentiated. */
+/* T = d cholesky(A)[Ad]: chol_forward differentiated (Ad's lower triangle). */
 RT_CLONES static void chol_tangent(double *T, const double *L, const double *Ad, int64_t n)
 {
     int64_t i, j;
@@ -151,8 +149,7 @@ RT_CLONES static void chol_tangent(double *T, const double *L, const double *Ad,
         for (j = 0; j < i; j++) {
             const double *lj = L + j * n, *tj = T + j * n;
             const double s = rt_ldot(ti, lj, j) + rt_ldot(li, tj, j);
-            const double ad = 0.5 * (Ad[i * n + j] + Ad[j * n + i]);
-            ti[j] = (ad - s - li[j] * tj[j]) / lj[j];
+            ti[j] = (Ad[i * n + j] - s - li[j] * tj[j]) / lj[j];
         }
         ti[i] = (Ad[i * n + i] - 2.0 * rt_ldot(li, ti, i)) / (2.0 * li[i]);
         for (j = i + 1; j < n; j++)
@@ -662,7 +659,8 @@ void rt_linalg_reverse(int op, uint32_t fl, double *v, double *d, const int32_t 
             chol_reverse(d + a, v + o, d + o, S, N);
         break;
     case RT_OP_EIGH: {
-        /* A-bar = sym(V (diag(w-bar) + F o (V^T V-bar)) V^T), F[i, j] = 1/(w[j] - w[i]) */
+        /* A-bar = V (diag(w-bar) + F o (V^T V-bar)) V^T, F[i, j] = 1/(w[j] - w[i]),
+         * folded onto the lower triangle that was read */
         const double *w = v + o, *V = v + o + N;
         double *C = S, *M = S + N * N, *T = S + 2 * N * N;
         if (!(fl & 1))
@@ -670,14 +668,10 @@ void rt_linalg_reverse(int op, uint32_t fl, double *v, double *d, const int32_t 
         matTmul(C, V, d + o + N, N);
         eigh_weights(M, C, w, d + o, N);
         matmul_nn(T, V, M, N);              /* T = V M; A-bar = T V^T */
-        for (i = 0; i < N; i++)
+        for (i = 0; i < N; i++)         /* lower triangle: A-bar[i,k] + A-bar[k,i] */
             for (k = 0; k <= i; k++) {
                 const double aik = rt_ldot(T + i * N, V + k * N, N);
-                const double aki = i == k ? aik : rt_ldot(T + k * N, V + i * N, N);
-                const double h = 0.5 * (aik + aki);
-                d[a + i * N + k] += h;
-                if (i != k)
-                    d[a + k * N + i] += h;
+                d[a + i * N + k] += i == k ? aik : aik + rt_ldot(T + k * N, V + i * N, N);
             }
         break;
     }
@@ -693,13 +687,22 @@ void rt_linalg_reverse(int op, uint32_t fl, double *v, double *d, const int32_t 
             for (k = 0; k < N * M; k++)
                 d[b + k] += S[k];
         if (fl & 1)
-            for (i = 0; i < N; i++)
-                for (k = 0; k < N; k++) {
-                    if (!in_triangle(i, k, lower, unit))
-                        continue;
-                    d[a + i * N + k] -= trans ? rt_ldot(X + i * M, S + k * M, M)
-                                              : rt_ldot(S + i * M, X + k * M, M);
+            for (i = 0; i < N; i++) {
+                /* row i of L's triangle: columns [k0, k1) */
+                const int64_t k0 = lower ? 0 : (unit ? i + 1 : i);
+                const int64_t k1 = lower ? (unit ? i : i + 1) : N;
+                double *da = d + a + i * N;
+                if (M == 1) {
+                    const double u = trans ? X[i] : S[i];
+                    const double *w = trans ? S : X;
+                    for (k = k0; k < k1; k++)
+                        da[k] -= u * w[k];
+                } else {
+                    for (k = k0; k < k1; k++)
+                        da[k] -= trans ? rt_ldot(X + i * M, S + k * M, M)
+                                       : rt_ldot(S + i * M, X + k * M, M);
                 }
+            }
         break;
     }
     case RT_OP_SOLVE: {
@@ -788,7 +791,8 @@ void rt_linalg_tangent(int op, uint32_t fl, double *v, double *t, const int32_t 
             rt_lfill(t + o, 0.0, N * N);
         break;
     case RT_OP_EIGH: {
-        /* B = V^T sym(A-dot) V; w-dot = diag(B), V-dot = V (F o B) */
+        /* B = V^T As V, As the symmetric matrix of A-dot's lower triangle;
+         * w-dot = diag(B), V-dot = V (F o B) */
         const double *w = v + o, *V = v + o + N, *Ad = t + a;
         double *As = S, *T = S + N * N, *B = S + 2 * N * N;
         if (!(fl & 1)) {
@@ -797,7 +801,7 @@ void rt_linalg_tangent(int op, uint32_t fl, double *v, double *t, const int32_t 
         }
         for (i = 0; i < N; i++)
             for (k = 0; k < N; k++)
-                As[i * N + k] = 0.5 * (Ad[i * N + k] + Ad[k * N + i]);
+                As[i * N + k] = i >= k ? Ad[i * N + k] : Ad[k * N + i];
         matmul_nn(T, As, V, N);
         matTmul(B, V, T, N);
         for (i = 0; i < N; i++)

@@ -594,15 +594,26 @@ def _outer_or_matmul(u, w):
     return P.matmul(u, transpose(w))
 
 
+def lower_fold(abar):
+    """The adjoint of a function of A's lower triangle (read as the symmetric
+    matrix it defines) from the adjoint abar of that symmetric matrix:
+    abar + abar^T below the diagonal, abar on it, 0 above."""
+    n = shape_of(abar)[0]
+    return P.where(tri_mask((n, n), -1), P.add(abar, transpose(abar)),
+                   P.where(np.eye(n), abar, 0.0))
+
+
 def _cholesky_vjp(i, g, L, A):
     # Murray (2016): S = L^-T phi(L^T G) L^-1, phi = lower triangle with the
-    # diagonal halved; the adjoint is symmetrised, (S + S^T)/2 (autograd, JAX).
+    # diagonal halved; numpy reads A's lower triangle only, so the exact
+    # gradient is S + S^T below the diagonal, S on it, 0 above (JAX and
+    # autograd symmetrise instead; the two agree on symmetric perturbations).
     n = shape_of(L)[0]
     half = np.where(np.eye(n) == 1, 0.5, 1.0)
     phi = P.where(tri_mask((n, n)), P.mul(P.matmul(transpose(L), tril(g)), half), 0.0)
     y = P.trisolve(L, phi, lower=True, trans=True, unit=False)          # L^-T phi
     st = P.trisolve(L, transpose(y), lower=True, trans=True, unit=False)  # S^T
-    return P.mul(P.add(st, transpose(st)), 0.5)
+    return lower_fold(P.mul(P.add(st, transpose(st)), 0.5))
 
 
 def _cholesky_fwd(a):
@@ -612,7 +623,7 @@ def _cholesky_fwd(a):
 
 
 _def("cholesky", LINALG, _nan_on(lambda a: np.full(np.shape(a), np.nan), _cholesky_fwd),
-     vjp=_cholesky_vjp, doc="L = cholesky(A), reads A's lower triangle; not PD -> all nan")
+     vjp=_cholesky_vjp, doc="L = cholesky(A), reads A's lower triangle only; not PD -> all nan")
 
 
 def _trisolve_fwd(a, b, lower, trans, unit):
@@ -706,8 +717,7 @@ def _eigh_vjp(i, g, ans, a):
     F = P.where(eye, 0.0, P.reciprocal(P.where(eye, 1.0, diff)))
     M = P.where(eye, broadcast_to(P.reshape(wbar, shape=(1, n)), (n, n)),
                 P.azmul(P.matmul(transpose(V), Vbar), F))
-    abar = P.matmul(P.matmul(V, M), transpose(V))
-    return P.mul(P.add(abar, transpose(abar)), 0.5)
+    return lower_fold(P.matmul(P.matmul(V, M), transpose(V)))
 
 
 _def("eigh", LINALG, _quiet(_eigh_fwd), vjp=_eigh_vjp,

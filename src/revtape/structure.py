@@ -71,10 +71,14 @@ def cumprod(a, axis=None, dtype=None, out=None):
 
 # ---------------------------------------------------------------- order statistics
 
-def _guard_all(mask):
+def _guard_all(mask, what):
     """Record that every element of the tracked 0/1 mask holds (a guard)."""
     if istracked(mask) and bool(np.size(_value_of(mask))):
+        tape = mask._tape
+        n = len(tape._instrs)
         bool(_t.reduce("all", mask))          # bool() of a tracked value records the guard
+        if len(tape._instrs) > n and tape._instrs[-1][1] == -1:
+            tape._instrs[-1][3]["what"] = what
 
 
 def _check_kind(name, kind, order, stable=None):
@@ -97,7 +101,8 @@ def _sorted_perm(x, axis):
         if shape[ax] > 1:
             lo = tuple(slice(None, -1) if i == ax else slice(None) for i in range(nd))
             hi = tuple(slice(1, None) if i == ax else slice(None) for i in range(nd))
-            _guard_all(P.le(_t.getitem(y, lo), _t.getitem(y, hi)))
+            _guard_all(P.le(_t.getitem(y, lo), _t.getitem(y, hi)),
+                       "the sort order recorded by np.sort/np.argsort no longer holds")
         return perm, y
     return perm, None
 
@@ -140,7 +145,8 @@ def _arg_extreme(name, a, axis, out, keepdims):
             i = np.expand_dims(fn(v, axis=axis), axis)
             sel = np.broadcast_to(np.take_along_axis(flat, i, axis=axis), shape)
         chosen = P.take(a, idx=np.ascontiguousarray(sel))
-        _guard_all(P.ge(chosen, a) if name == "argmax" else P.le(chosen, a))
+        _guard_all(P.ge(chosen, a) if name == "argmax" else P.le(chosen, a),
+                   f"the index recorded by np.{name} is no longer the extreme one")
     return idx
 
 

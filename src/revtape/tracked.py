@@ -69,7 +69,7 @@ def _drop_in_hint():
     frame, found = sys._getframe(2), None
     while frame is not None:
         mod = frame.f_globals.get("__name__", "")
-        if mod.startswith(("scipy.stats", "scipy.special")):
+        if mod.startswith(("scipy.stats", "scipy.special", "scipy.linalg")):
             found = frame
         elif found is not None:
             break
@@ -87,10 +87,15 @@ def _drop_in_hint():
                 return (f"scipy.stats.{name}.{fname} cannot trace; use "
                         f"revtape.stats.{name}.{fname} (same arguments)")
             return "for scipy.stats log densities use revtape.stats (same names and arguments)"
+        if mod.startswith("scipy.linalg"):
+            return (f"for scipy.linalg.{fname} imported before revtape use "
+                    f"revtape.linalg.{fname}")
         return (f"scipy.special.{fname} cannot trace; use revtape.special.{fname} "
                 "where it exists (see the README's rt.special table)")
     return ("for scipy.special.logsumexp/softmax use revtape.special, for scipy.stats log "
-            "densities revtape.stats")
+            "densities revtape.stats; for scipy.linalg's solve_triangular, cholesky, "
+            "cho_factor, cho_solve, solve, inv, det imported before revtape use "
+            "revtape.linalg's")
 
 
 class Tracked:
