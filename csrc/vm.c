@@ -28,6 +28,7 @@
 #include "vm.h"
 #include "ops_generated.h"
 #include "specfun.h"
+#include "kernels.h"
 #include "linalg.h"
 
 #ifndef M_2_SQRTPI
@@ -119,36 +120,9 @@ int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys
 
 /* ------------------------------------------------------------------ kernels */
 
-/* numpy's pairwise summation (pairwise_sum_DOUBLE), so that REDUCE_SUM over a
- * contiguous run is bit-identical to np.sum of that run (checked against
- * numpy 2.4 for n = 1..400 and up to 20000): 8 accumulators up to 128
- * elements, halving (at multiples of 8) above.  Recursion depth is log2(n). */
-static double rt_pairwise_sum(const double *x, int64_t n)
-{
-    if (n < 8) {
-        double res = 0.0;
-        int64_t i;
-        for (i = 0; i < n; i++)
-            res += x[i];
-        return res;
-    } else if (n <= 128) {
-        double r[8], res;
-        int64_t i, j;
-        for (j = 0; j < 8; j++)
-            r[j] = x[j];
-        for (i = 8; i < n - (n % 8); i += 8)
-            for (j = 0; j < 8; j++)
-                r[j] += x[i + j];
-        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++)
-            res += x[i];
-        return res;
-    } else {
-        int64_t n2 = n / 2;
-        n2 -= n2 % 8;
-        return rt_pairwise_sum(x, n2) + rt_pairwise_sum(x + n2, n - n2);
-    }
-}
+/* numpy's pairwise summation, bit for bit: kernels.c (its 8-accumulator
+ * blocks vectorise there). */
+#define rt_pairwise_sum rt_k_pairwise_sum
 
 /* np.max / np.min: nan propagates (numpy's `io1 >= in2 || isnan(io1)`). */
 static double rt_seg_max(const double *x, int64_t n)
@@ -291,10 +265,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FX;                                                        \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = v[a + i];                                        \
-            v[o + i] = FX;                                                    \
-        }                                                                     \
+        rt_kf_##NAME(n, v, o, a);           /* arrays: kernels.c */        \
         VM_NEXT;                                                              \
     }
 
@@ -306,10 +277,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FXY;                                                       \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = v[a + i], y = v[b + i];                          \
-            v[o + i] = FXY;                                                   \
-        }                                                                     \
+        rt_kf_##NAME##_VV(n, v, o, a, b);                                 \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_VS) {                                                      \
@@ -319,10 +287,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FXY;                                                       \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = v[a + i];                                        \
-            v[o + i] = FXY;                                                   \
-        }                                                                     \
+        rt_kf_##NAME##_VS(n, v, o, a, b);                                 \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_SV) {                                                      \
@@ -332,10 +297,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FXY;                                                       \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double y = v[b + i];                                        \
-            v[o + i] = FXY;                                                   \
-        }                                                                     \
+        rt_kf_##NAME##_SV(n, v, o, a, b);                                 \
         VM_NEXT;                                                              \
     }
 
@@ -348,6 +310,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
         const double x = v[a], y = v[b];                                      \
         if ((int64_t)(PRED) != n) {                                           \
             p->failed_guard = w[2];                                           \
+            p->failed_pc = pc;                                                \
             return RT_GUARD_FAILED;                                           \
         }                                                                     \
         VM_NEXT;                                                              \
@@ -378,23 +341,10 @@ vm_next:
         RT_BINARY_ND(FWD_BINARY_ND)
         RT_GUARDS(FWD_GUARD)
 
-        VM_CASE(WHERE_VV) {
-            for (i = 0; i < n; i++)
-                v[o + i] = v[a + i] != 0.0 ? v[b + i] : v[c + i];
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_VS) {
-            const double z = v[c];
-            for (i = 0; i < n; i++)
-                v[o + i] = v[a + i] != 0.0 ? v[b + i] : z;
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_SV) {
-            const double t = v[b];
-            for (i = 0; i < n; i++)
-                v[o + i] = v[a + i] != 0.0 ? t : v[c + i];
-            VM_NEXT;
-        }
+        /* WHERE and CLIP: kernels.c */
+        VM_CASE(WHERE_VV) { rt_kf_WHERE_VV(n, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_VS) { rt_kf_WHERE_VS(n, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_SV) { rt_kf_WHERE_SV(n, v, o, a, b, c); VM_NEXT; }
         VM_CASE(AXPY) {
             /* out = a + b*c (b one scalar): rounded as the add of a rounded
              * product, exactly like the two instructions it replaces. */
@@ -428,20 +378,7 @@ vm_next:
             v[o] = acc;
             VM_NEXT;
         }
-        VM_CASE(CLIP) {
-            /* np.clip = minimum(maximum(x, lo), hi): nan in x or in a bound
-             * propagates, and lo > hi gives hi. */
-            const double lo = v[b], hi = v[c];
-            for (i = 0; i < n; i++) {
-                double t = v[a + i];
-                if (!(t >= lo || t != t))
-                    t = lo;
-                if (!(t <= hi || t != t))
-                    t = hi;
-                v[o + i] = t;
-            }
-            VM_NEXT;
-        }
+        VM_CASE(CLIP) { rt_kf_CLIP(n, v, o, a, b, c); VM_NEXT; }
 
         VM_CASE(REDUCE_SUM) {
             for (s = 0; s < n; s++)
@@ -555,15 +492,7 @@ vm_next:
             }                                                                 \
             VM_NEXT;                                                          \
         }                                                                     \
-        if (fl & 1)                                                           \
-            for (i = 0; i < n; i++) {                                         \
-                const double g = d[o + i];                                    \
-                if (g != 0.0) {                                               \
-                    const double x = v[a + i], f = v[o + i];                  \
-                    (void)x; (void)f;                                         \
-                    d[a + i] += g * (DX);                                     \
-                }                                                             \
-            }                                                                 \
+        rt_kr_##NAME(fl, n, d, v, o, a);    /* arrays: kernels.c */        \
         VM_NEXT;                                                              \
     }
 
@@ -581,15 +510,7 @@ vm_next:
             }                                                                 \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = d[o + i];                                        \
-            if (g != 0.0) {                                                   \
-                const double x = v[a + i], y = v[b + i], f = v[o + i];        \
-                (void)x; (void)y; (void)f;                                    \
-                if (fl & 1) d[a + i] += g * (DX);                             \
-                if (fl & 2) d[b + i] += g * (DY);                             \
-            }                                                                 \
-        }                                                                     \
+        rt_kr_##NAME##_VV(fl, n, d, v, o, a, b);                             \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_VS) {                                                      \
@@ -607,16 +528,7 @@ vm_next:
             if (fl & 2) d[b] += sy;                                           \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = d[o + i];                                        \
-            if (g != 0.0) {                                                   \
-                const double x = v[a + i], f = v[o + i];                      \
-                (void)x; (void)f;                                             \
-                if (fl & 1) d[a + i] += g * (DX);                             \
-                if (fl & 2) sy += g * (DY);                                   \
-            }                                                                 \
-        }                                                                     \
-        if (fl & 2) d[b] += sy;                                               \
+        rt_kr_##NAME##_VS(fl, n, d, v, o, a, b);                             \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_SV) {                                                      \
@@ -634,16 +546,7 @@ vm_next:
             if (fl & 1) d[a] += sx;                                           \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = d[o + i];                                        \
-            if (g != 0.0) {                                                   \
-                const double y = v[b + i], f = v[o + i];                      \
-                (void)y; (void)f;                                             \
-                if (fl & 1) sx += g * (DX);                                   \
-                if (fl & 2) d[b + i] += g * (DY);                             \
-            }                                                                 \
-        }                                                                     \
-        if (fl & 1) d[a] += sx;                                               \
+        rt_kr_##NAME##_SV(fl, n, d, v, o, a, b);                             \
         VM_NEXT;                                                              \
     }
 
@@ -687,49 +590,9 @@ vm_next:
         RT_NO_DERIVATIVE
 
         /* WHERE: the condition (a) is never differentiated. */
-        VM_CASE(WHERE_VV) {
-            for (i = 0; i < n; i++) {
-                const double g = d[o + i];
-                if (g != 0.0) {
-                    if (v[a + i] != 0.0) {
-                        if (fl & 2) d[b + i] += g;
-                    } else {
-                        if (fl & 4) d[c + i] += g;
-                    }
-                }
-            }
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_VS) {
-            double sz = 0.0;
-            for (i = 0; i < n; i++) {
-                const double g = d[o + i];
-                if (g != 0.0) {
-                    if (v[a + i] != 0.0) {
-                        if (fl & 2) d[b + i] += g;
-                    } else {
-                        sz += g;
-                    }
-                }
-            }
-            if (fl & 4) d[c] += sz;
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_SV) {
-            double st = 0.0;
-            for (i = 0; i < n; i++) {
-                const double g = d[o + i];
-                if (g != 0.0) {
-                    if (v[a + i] != 0.0) {
-                        st += g;
-                    } else {
-                        if (fl & 4) d[c + i] += g;
-                    }
-                }
-            }
-            if (fl & 2) d[b] += st;
-            VM_NEXT;
-        }
+        VM_CASE(WHERE_VV) { rt_kr_WHERE_VV(fl, n, d, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_VS) { rt_kr_WHERE_VS(fl, n, d, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_SV) { rt_kr_WHERE_SV(fl, n, d, v, o, a, b, c); VM_NEXT; }
         VM_CASE(AXPY) {
             /* The add's reverse, then the product's, in the order the two
              * separate instructions would accumulate them. */
@@ -782,13 +645,7 @@ vm_next:
         VM_CASE(CLIP) {
             /* Zero at the bounds (autograd's convention).  The bounds are
              * constants: flags 2 and 4 are ignored. */
-            const double lo = v[b], hi = v[c];
-            if (fl & 1)
-                for (i = 0; i < n; i++) {
-                    const double g = d[o + i], f = v[o + i];
-                    if (g != 0.0 && f != lo && f != hi)
-                        d[a + i] += g;
-                }
+            rt_kr_CLIP(fl, n, d, v, o, a, b, c);
             VM_NEXT;
         }
 
@@ -798,8 +655,7 @@ vm_next:
                     const double g = d[o + s];
                     double *dx = d + a + s * b;
                     if (g != 0.0)
-                        for (i = 0; i < b; i++)
-                            dx[i] += g;
+                        rt_k_add_scalar(b, dx, g);
                 }
             VM_NEXT;
         }
@@ -942,17 +798,13 @@ vm_next:
             }                                                                 \
             VM_NEXT;                          /* else t[o] stays 0 */         \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double ta = t[a + i], x = v[a + i], f = v[o + i];           \
-            (void)x; (void)f;                                                 \
-            t[o + i] = ta != 0.0 ? ta * (DX) : 0.0;                           \
-        }                                                                     \
+        rt_kt_##NAME(n, t, v, o, a);        /* arrays: kernels.c */        \
         VM_NEXT;                                                              \
     }
 
-/* TA and TB: the operands' tangents, zero when a flag is off.  A scalar
- * result with two zero tangents is left as the caller zeroed it. */
-#define TAN_BINARY_(NAME, X, Y, TA, TB, DX, DY)                               \
+/* An operand's tangent is zero when its flag is off.  A scalar result with
+ * two zero tangents is left as the caller zeroed it. */
+#define TAN_BINARY_(NAME, V, DX, DY)                                          \
         if (n == 1) {                                                         \
             const double ta = (fl & 1) ? t[a] : 0.0, tb = (fl & 2) ? t[b] : 0.0; \
             if (ta != 0.0 || tb != 0.0) {                                     \
@@ -965,21 +817,13 @@ vm_next:
             }                                                                 \
             VM_NEXT;                          /* else t[o] stays 0 */         \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = (X), y = (Y), f = v[o + i];                      \
-            const double ta = (fl & 1) ? (TA) : 0.0, tb = (fl & 2) ? (TB) : 0.0; \
-            double r = 0.0;                                                   \
-            (void)x; (void)y; (void)f;                                        \
-            if (ta != 0.0) r += ta * (DX);                                    \
-            if (tb != 0.0) r += tb * (DY);                                    \
-            t[o + i] = r;                                                     \
-        }                                                                     \
+        rt_kt_##NAME##_##V(fl, n, t, v, o, a, b);   /* arrays: kernels.c */ \
         VM_NEXT;
 
 #define TAN_BINARY(NAME, FXY, DX, DY)                                         \
-    VM_CASE(NAME##_VV) { TAN_BINARY_(NAME, v[a + i], v[b + i], t[a + i], t[b + i], DX, DY) } \
-    VM_CASE(NAME##_VS) { TAN_BINARY_(NAME, v[a + i], v[b], t[a + i], t[b], DX, DY) } \
-    VM_CASE(NAME##_SV) { TAN_BINARY_(NAME, v[a], v[b + i], t[a], t[b + i], DX, DY) }
+    VM_CASE(NAME##_VV) { TAN_BINARY_(NAME, VV, DX, DY) }                      \
+    VM_CASE(NAME##_VS) { TAN_BINARY_(NAME, VS, DX, DY) }                      \
+    VM_CASE(NAME##_SV) { TAN_BINARY_(NAME, SV, DX, DY) }
 
 /* out += A @ B (M x K times K x N), plain products. */
 static void rt_matmul_acc(double *out, const double *A, const double *B,
@@ -1474,6 +1318,12 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
         return 0;
     if (lo >= 0 && !rt_vregion(vc, "output", o, lo, 1))
         return 0;
+    /* No kernel writes over what it reads: the array kernels (kernels.c)
+     * qualify their pointers restrict on this guarantee. */
+    if (lo >= 0 && ((la >= 0 && !rt_voverlap(vc, "operand a", o, lo, a, la))
+                    || (lb >= 0 && !rt_voverlap(vc, "operand b", o, lo, b, lb))
+                    || (lc >= 0 && !rt_voverlap(vc, "operand c", o, lo, c, lc))))
+        return 0;
     return 1;
 }
 
@@ -1519,6 +1369,21 @@ static int rt_verify_program(rt_vctx *vc)
     return 1;
 }
 
+/* 1 if any instruction is a guard (the program can refuse a replay midway). */
+static int32_t rt_has_guard(const rt_program *p)
+{
+    int64_t pc;
+    for (pc = 0; pc < p->n_instr; pc++) {
+        switch (p->code[pc * RT_WORDS] & RT_OPCODE_MASK) {
+        RT_GUARDS(V_CASE_GUARD)
+            return 1;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
 int rt_verify(rt_program *p, char *msg, int64_t msg_len)
 {
     rt_vctx vc;
@@ -1532,6 +1397,7 @@ int rt_verify(rt_program *p, char *msg, int64_t msg_len)
     if (msg != NULL && msg_len > 0)
         msg[0] = '\0';
     ok = rt_verify_program(&vc);
+    p->guarded = ok ? rt_has_guard(p) : 0;
     __atomic_store_n(&p->verified, ok ? 1 : 0, __ATOMIC_RELEASE);
     return ok ? RT_OK : RT_UNVERIFIED;
 }
@@ -1566,34 +1432,60 @@ static int rt_release(rt_program *p, int status)
  * and has checked `verified` (rt_begin). */
 static int rt_forward_locked(rt_program *p, const double *x)
 {
-    if (x != NULL) {
-        /* Replays take finite inputs only (SPEC: bad input is an error, not
-         * a nan gradient); the check rides along with the copy. */
-        int64_t i;
-        int finite = 1;
-        for (i = 0; i < p->n_in; i++) {
-            p->vals[i] = x[i];
-            finite &= isfinite(x[i]) != 0;
-        }
-        if (!finite)
-            return RT_NONFINITE;
-    }
+    /* nan and +-inf are values (they replay as numpy computes them), so x
+     * is copied in as it is, unchecked. */
+    if (x != NULL && p->n_in > 0)
+        memcpy(p->vals, x, (size_t)p->n_in * sizeof(double));
     return rt_run_forward(p);
+}
+
+/* A guard can refuse a replay after x was copied in and part of the program
+ * ran.  So that the arena still holds one complete replay afterwards (what
+ * rt_read_io reports), guarded programs keep the previous inputs and output
+ * in the adjoint arena, which is scratch until a reverse or tangent sweep
+ * zeroes it, and put them back on refusal.  Same offsets: an output that
+ * aliases an input is saved and restored consistently. */
+static void rt_save_io(rt_program *p, int restore)
+{
+    double *from = restore ? p->adj : p->vals, *to = restore ? p->vals : p->adj;
+    if (p->n_in > 0)
+        memcpy(to, from, (size_t)p->n_in * sizeof(double));
+    if (p->out_len > 0)
+        memcpy(to + p->out_off, from + p->out_off, (size_t)p->out_len * sizeof(double));
 }
 
 /* The start every entry point shares: take the program, check that it was
  * verified and that the caller passed every buffer it needs (`missing`),
  * copy x in and run the forward sweep.  On RT_BUSY the program was not
- * taken: return at once, without rt_release. */
-static int rt_begin(rt_program *p, const double *x, int missing)
+ * taken: return at once, without rt_release.  A refused replay fills r (if
+ * not NULL) before the previous replay's values are put back. */
+static int rt_begin_report(rt_program *p, const double *x, int missing, rt_report *r)
 {
+    int st;
     if (!rt_acquire(p))
         return RT_BUSY;
     if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
         return RT_UNVERIFIED;
     if (missing)
         return RT_BADARG;
-    return rt_forward_locked(p, x);
+    if (p->guarded)
+        rt_save_io(p, 0);
+    st = rt_forward_locked(p, x);
+    if (st != RT_OK && p->guarded) {
+        if (st == RT_GUARD_FAILED && r != NULL) {
+            const int32_t *w = p->code + p->failed_pc * RT_WORDS;
+            r->guard = w[2];
+            r->operands[0] = p->vals[w[3]];
+            r->operands[1] = p->vals[w[4]];
+        }
+        rt_save_io(p, 1);
+    }
+    return st;
+}
+
+static int rt_begin(rt_program *p, const double *x, int missing)
+{
+    return rt_begin_report(p, x, missing, NULL);
 }
 
 static void rt_copy_out(const rt_program *p, double *y)
@@ -1623,6 +1515,38 @@ int rt_forward(rt_program *p, const double *x, double *y)
         return st;
     if (st == RT_OK)
         rt_copy_out(p, y);
+    return rt_release(p, st);
+}
+
+int rt_forward_report(rt_program *p, const double *x, double *y, int64_t pick, rt_report *r)
+{
+    int st;
+    if (p == NULL)
+        return RT_BADARG;
+    if ((st = rt_begin_report(p, x, pick >= p->n_vals || (pick >= 0 && r == NULL), r)) == RT_BUSY)
+        return st;
+    if (st == RT_OK) {
+        rt_copy_out(p, y);
+        if (pick >= 0)
+            r->picked = p->vals[pick];
+    }
+    return rt_release(p, st);
+}
+
+int rt_read_io(rt_program *p, double *x, double *y)
+{
+    int st = RT_OK;
+    if (p == NULL)
+        return RT_BADARG;
+    if (!rt_acquire(p))
+        return RT_BUSY;
+    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        st = RT_UNVERIFIED;
+    else {
+        if (x != NULL && p->n_in > 0)
+            memcpy(x, p->vals, (size_t)p->n_in * sizeof(double));
+        rt_copy_out(p, y);
+    }
     return rt_release(p, st);
 }
 
@@ -1689,17 +1613,14 @@ int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
     return rt_release(p, st);
 }
 
-/* Seeds the tangent arena with xdot on the differentiated inputs. */
+/* Seeds the tangent arena with xdot on the differentiated inputs (nan/inf
+ * tangents included: they flow through the sweep as numpy would). */
 static int rt_seed_tangent(rt_program *p, const double *xdot)
 {
-    int64_t i;
-    int finite = 1;
     rt_zero_adj(p);
-    for (i = 0; i < p->n_grad; i++) {
-        p->adj[i] = xdot[i];
-        finite &= isfinite(xdot[i]) != 0;
-    }
-    return finite ? RT_OK : RT_NONFINITE;
+    if (p->n_grad > 0)
+        memcpy(p->adj, xdot, (size_t)p->n_grad * sizeof(double));
+    return RT_OK;
 }
 
 int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double *ydot)
@@ -1776,6 +1697,8 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
     if (st == RT_BUSY)
         return st;
     for (; st == RT_OK && r < k; r++) {
+        if (p->guarded)                 /* a refused row leaves the last complete one */
+            rt_save_io(p, 0);
         if (p->n_in > 0)
             memcpy(p->vals, X + r * p->n_in, (size_t)p->n_in * sizeof(double));
         if ((st = rt_run_forward(p)) != RT_OK)
@@ -1788,6 +1711,8 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
             memcpy(G + r * p->n_grad, p->adj, (size_t)p->n_grad * sizeof(double));
         values[r] = p->vals[p->out_off];
     }
+    if (st != RT_OK && st != RT_UNVERIFIED && st != RT_BADARG && p->guarded)
+        rt_save_io(p, 1);
     if (row != NULL)
         *row = r;
     return rt_release(p, st);
@@ -1803,6 +1728,8 @@ int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64
     if (st == RT_BUSY)
         return st;
     for (; st == RT_OK && r < k; r++) {
+        if (p->guarded)
+            rt_save_io(p, 0);
         if (p->n_in > 0)
             memcpy(p->vals, X + r * p->n_in, (size_t)p->n_in * sizeof(double));
         if ((st = rt_run_forward(p)) != RT_OK)
@@ -1810,6 +1737,8 @@ int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64
         if (p->out_len > 0)
             memcpy(Y + r * p->out_len, p->vals + p->out_off, (size_t)p->out_len * sizeof(double));
     }
+    if (st != RT_OK && st != RT_UNVERIFIED && st != RT_BADARG && p->guarded)
+        rt_save_io(p, 1);
     if (row != NULL)
         *row = r;
     return rt_release(p, st);

@@ -301,13 +301,13 @@ def test_multinomial():
 # ---------------------------------------------------------------- scipy.stats on tracked values
 
 def test_scipy_stats_on_tracked_values_names_the_drop_in():
-    with pytest.raises(rt.ConversionError, match=r"revtape\.stats\.norm\.logpdf"):
+    with pytest.raises(rt.ConversionError, match=r"rt\.stats\.norm\.logpdf"):
         rt.gradient(lambda x: np.sum(st.norm.logpdf(x, 0, 1)), np.ones(2))
-    with pytest.raises(rt.ConversionError, match=r"revtape\.stats\.poisson\.logpmf"):
+    with pytest.raises(rt.ConversionError, match=r"rt\.stats\.poisson\.logpmf"):
         rt.gradient(lambda m: np.sum(st.poisson.logpmf(3, m)), np.ones(2))
-    with pytest.raises(rt.ConversionError, match=r"revtape\.stats\.norm\.logpdf"):
+    with pytest.raises(rt.ConversionError, match=r"rt\.stats\.norm\.logpdf"):
         rt.gradient(lambda x: np.sum(st.norm(0, 1).logpdf(x)), np.ones(2))
-    with pytest.raises(rt.ConversionError, match=r"revtape\.stats\.dirichlet\.logpdf"):
+    with pytest.raises(rt.ConversionError, match=r"rt\.stats\.dirichlet\.logpdf"):
         rt.gradient(lambda a: np.sum(st.dirichlet.logpdf(np.array([0.3, 0.7]), a)), np.ones(2))
 
 

@@ -65,6 +65,9 @@ def gc_paused():
 
 def record(tape, f, x):
     """Track x on tape, run f, finish with its result."""
+    if not callable(f):
+        raise InputError(f"expected a function to differentiate (or a tape), got "
+                         f"{type(f).__name__} {f!r:.40}")
     if isinstance(x, tuple):
         tx = tuple(tape.track(xi) for xi in x)
     else:

@@ -1,8 +1,16 @@
-"""scipy.special functions for tracked values (and plain ones).
+"""rt.special: scipy.special's functions, for tracked and plain values.
 
-The ufuncs (gammaln, digamma, expit, log_expit, erf, xlogy) also work
-straight from scipy.special; this module exists so that code can run
-without scipy installed, and for logsumexp under any import order.
+scipy.special's ufuncs (gammaln, digamma, expit, log_expit, erf, xlogy) also
+work straight from scipy.special on tracked values (they dispatch through
+__array_ufunc__).  scipy's Python functions (logsumexp, polygamma) convert
+with np.asarray; SCIPY_ROUTED below are routed here on tracked arguments
+only (see _scipy_dispatch: plain calls reach scipy's original unchanged).
+Everything here works without scipy installed.
+
+Adding a function: define it here with scipy.special's name and signature,
+recording through the op table's primitives (``P.<row>``) on tracked
+values; honour every argument or refuse it with UnsupportedError naming
+it; add it to __all__.  A plain (untracked) call returns what scipy returns.
 """
 
 import math
@@ -10,20 +18,36 @@ import operator
 
 import numpy as np
 
+from . import _scipy_dispatch
+from .errors import UnsupportedError
+from .ops import sps
 from .ops import P
-from .tracked import logsumexp as _lse
+from .tracked import _polygamma, istracked
 from .tracked import value as _value
+from .tracked import logsumexp as _tracked_logsumexp
 
+# ufuncs: one op-table row each (plain inputs run the row's numpy forward:
+# scipy's own function when scipy imports)
 gammaln = P.gammaln
-digamma = P.digamma
+digamma = psi = P.digamma
 expit = P.expit
 log_expit = P.log_expit
 erf = P.erf
 xlogy = P.xlogy
 
 
-def logsumexp(a, axis=None, keepdims=False):
-    return _lse(a, axis=axis, keepdims=keepdims)
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    """scipy.special.logsumexp; on tracked values one REDUCE instruction (b= and
+    return_sign= are refused there)."""
+    if istracked(a) or istracked(b):
+        return _tracked_logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
+    from .ops import sps
+    if sps is not None:
+        return sps.logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
+    if b is not None or return_sign:
+        raise UnsupportedError("logsumexp(b=..., return_sign=...) needs scipy installed")
+    from . import _specfun
+    return _specfun.logsumexp(a, axis=axis, keepdims=keepdims)
 
 
 # ---------------------------------------------------------------- second wave (issue 13)
@@ -56,7 +80,7 @@ def log_softmax(x, axis=None):
     no derivative (log_softmax is shift-invariant)."""
     m = np.max(x, axis=axis, keepdims=True)
     t = x - m
-    return t - _lse(t, axis=axis, keepdims=True)
+    return t - _tracked_logsumexp(t, axis=axis, keepdims=True)
 
 
 def softmax(x, axis=None):
@@ -81,6 +105,25 @@ def multigammaln(a, d):
     return out + 0.25 * d * (d - 1) * math.log(math.pi)
 
 
-__all__ = ["gammaln", "digamma", "expit", "log_expit", "erf", "xlogy", "logsumexp",
-           "erfc", "erfcx", "ndtr", "log_ndtr", "ndtri", "logit", "i0e", "i1e", "xlog1py",
+def polygamma(n, x):
+    """scipy.special.polygamma; on tracked values n = 0 (digamma) and 1 (trigamma)."""
+    if istracked(x):
+        return _polygamma(n, x)
+    if istracked(n):
+        raise UnsupportedError("polygamma's order n must be a plain integer")
+    from .ops import sps
+    if sps is not None:
+        return sps.polygamma(n, x)
+    from . import _specfun
+    if np.ndim(n):
+        raise UnsupportedError("without scipy, polygamma takes one integer n")
+    return _specfun.polygamma(n, x)
+
+
+# scipy.special's Python functions that route here when an argument is tracked
+SCIPY_ROUTED = {"logsumexp": logsumexp, "polygamma": polygamma}
+_scipy_dispatch.route(sps, SCIPY_ROUTED)
+
+__all__ = ["gammaln", "digamma", "psi", "expit", "log_expit", "erf", "xlogy", "logsumexp",
+           "polygamma", "erfc", "erfcx", "ndtr", "log_ndtr", "ndtri", "logit", "i0e", "i1e", "xlog1py",
            "betaln", "gammainc", "gammaincc", "softmax", "log_softmax", "multigammaln"]
