@@ -1314,7 +1314,7 @@ def test_pivots_overwritten_between_sweeps_never_index_out_of_bounds():
     N, scratch = int(state["ints"][code[k, 5]]), int(state["ints"][code[k, 5] + 3])
     piv, a = scratch + N * N, int(code[k, 3])
     exp = ops.VM_OPCODES.index("EXP")
-    crafted = [[exp, 1, piv, a, 0, 0], [exp, 1, piv, piv, 0, 0]]    # pivot 0 -> e^e^2 ~ 2200
+    crafted = [[exp, 1, piv, a, 0, 0]]       # pivot 0 -> e^A[0,0] ~ 7.7 > N (no in-place write: refused)
     state["code"] = np.ascontiguousarray(
         np.concatenate([code[:k + 1], np.array(crafted, np.int32), code[k + 1:]]), np.int32)
     bad = fn(state, None, guards, n_grad)
