@@ -40,6 +40,9 @@ def __getattr__(name):
     if name in ("grad", "value_and_grad"):
         from . import transforms
         return getattr(transforms, name)
+    if name in ("special", "stats", "bijectors"):
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'revtape' has no attribute {name!r}")
 
 
