@@ -4,7 +4,10 @@ one-shot gradient/jacobian/hessian/hvp functions.
 ``x`` is a float, an ndarray, or a tuple of them.  With a tuple, f is called
 as ``f(*x)`` when its signature takes that many positional arguments
 (ReverseDiff's convention) and as ``f(x)`` otherwise; the gradient is then a
-tuple shaped like x.
+tuple shaped like x.  ``x`` may also be a pytree (nested dicts, lists, tuples,
+namedtuples of floats and arrays, see pytree.py): each leaf is a tape input,
+f is called on the tree of tracked leaves, and gradients come back in x's
+structure.
 """
 
 import contextlib
@@ -15,7 +18,7 @@ import sys
 
 import numpy as np
 
-from . import ops
+from . import ops, pytree
 from .errors import InputError, UnsupportedError
 from .tape import Tape, backprop, check_input, check_out
 
@@ -24,7 +27,7 @@ _GUARD = ops.OPS["guard"]
 
 def call_with(f, targs):
     """Call f on tracked inputs: f(*x) for a tuple when f takes that many arguments."""
-    if not isinstance(targs, tuple):
+    if type(targs) is not tuple:      # a namedtuple is one argument, as a dict is
         return f(targs)
     try:
         inspect.signature(f).bind(*targs)
@@ -52,7 +55,11 @@ def gc_paused():
 
 def record(tape, f, x):
     """Track x on tape, run f, finish with its result."""
-    if isinstance(x, tuple):
+    leaves, treedef = pytree.input_structure(x)
+    if treedef is not None:
+        tx = pytree.unflatten(treedef, [tape.track(v) for v in leaves])
+        tape._treedef = treedef
+    elif isinstance(x, tuple):
         tx = tuple(tape.track(xi) for xi in x)
     else:
         tx = tape.track(x)
@@ -73,7 +80,7 @@ class GradientTape(Tape):
     def value_and_gradient_recorded(self, out=None):
         """Value and gradient at the recording input, without replaying."""
         if out is not None:
-            check_out(out, [self._vals[t._id] for t in self._inputs])
+            check_out(self._out_leaves(out), [self._vals[t._id] for t in self._inputs])
         value = self._vals[self._output._id]
         return value, self._grads_out(self._reverse(1.0), out)
 
@@ -99,12 +106,14 @@ class HessianTape(Tape):
     def __init__(self, f, x):
         super().__init__()
         self._parts = None
-        if isinstance(x, tuple):
+        leaves, treedef = pytree.input_structure(x)
+        if treedef is not None or isinstance(x, tuple):
             # Several inputs: f is recorded on one flat vector laid end to end,
             # so the gradient is one vector and the Hessian one matrix; the
-            # methods below take and give tuples shaped like x.
-            parts = self._parts = Parts(x)
-            self._build_from(GradientTape(lambda z: call_with(f, parts.split(z)), parts.flatten(x)))
+            # methods below take and give tuples (or trees) shaped like x.
+            parts = self._parts = Parts(leaves, treedef)
+            self._build_from(GradientTape(lambda z: call_with(f, parts.tree(parts.split(z))),
+                                          parts.flatten(x)))
         else:
             self._build_from(GradientTape(f, x))
 
@@ -182,14 +191,22 @@ class HessianTape(Tape):
 
 
 class Parts:
-    """A tuple of floats and arrays laid end to end in one flat float64 vector."""
+    """A tuple of floats and arrays (or the leaves of a pytree, with its treedef)
+    laid end to end in one flat float64 vector."""
 
-    def __init__(self, xs):
+    def __init__(self, xs, treedef=None):
         self.shapes = [tuple(np.shape(xi)) for xi in xs]
         self.floats = [np.ndim(xi) == 0 for xi in xs]
         self.bounds = np.cumsum([0] + [math.prod(s) for s in self.shapes]).tolist()
+        self.treedef = treedef
+
+    def tree(self, parts):
+        """A tuple of parts in the caller's structure (the tuple itself without a treedef)."""
+        return parts if self.treedef is None else pytree.unflatten(self.treedef, parts)
 
     def flatten(self, xs):
+        if self.treedef is not None:
+            xs = pytree.leaves_of(self.treedef, xs)
         if not isinstance(xs, (tuple, list)) or len(xs) != len(self.shapes):
             raise InputError(f"pass a tuple of {len(self.shapes)} values, shaped like the "
                              "recording input")
@@ -207,11 +224,14 @@ class Parts:
         parts = tuple(float(p) if isf else np.array(p)
                       for p, isf in zip(self.split(np.asarray(flat)), self.floats))
         if out is None:
-            return parts
+            return self.tree(parts)
+        user_out = out
+        if self.treedef is not None:
+            out = tuple(pytree.leaves_of(self.treedef, out, "out="))
         outs = check_out(out, [np.empty(s) for s in self.shapes])
         for o, p in zip(outs, parts):
             o[...] = p
-        return out
+        return user_out
 
     def blocks(self, H, out):
         """The flat Hessian as a tuple of tuples: block (i, j) has shape x_i.shape + x_j.shape."""
@@ -219,9 +239,9 @@ class Parts:
             raise UnsupportedError("hessian(out=...) takes one array; with a tuple input the "
                                    "Hessian is a tuple of blocks -- call it without out=")
         b = self.bounds
-        return tuple(tuple(
+        return self.tree(tuple(self.tree(tuple(
             np.ascontiguousarray(H[b[i]:b[i + 1], b[j]:b[j + 1]]).reshape(self.shapes[i] + self.shapes[j])
-            for j in range(len(self.shapes))) for i in range(len(self.shapes)))
+            for j in range(len(self.shapes)))) for i in range(len(self.shapes))))
 
 
 def _tape_like(obj):

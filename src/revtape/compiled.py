@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from . import compiler
+from . import compiler, pytree
 from .errors import (BuildMismatchError, ConcurrentUseError, InputError, OutputError,
                      RevtapeError, VerificationError)
 from .tape import branch_changed, check_input, check_out
@@ -56,6 +56,7 @@ class CompiledTape:
         self._n_grad_inputs = n_grad
         self._kind = _kind_of(tape)
         self._parts = getattr(tape, "_parts", None)   # a HessianTape of a tuple input
+        self._treedef = getattr(tape, "_treedef", None)   # a pytree input (pytree.py)
         self._hess = None
         self._program = _program or compiler.compile_tape(tape, guards, n_grad)
         self._load()
@@ -100,7 +101,7 @@ class CompiledTape:
         self._g_len = prog.n_grad
         self._fast_shape = (self._x_shape if self._single and not self._in_float[0]
                             and self._kind != "hessian" and prog.out_shape == ()
-                            and prog.n_grad == prog.n_in else None)
+                            and prog.n_grad == prog.n_in and self._treedef is None else None)
 
     # ------------------------------------------------ inspection
     @property
@@ -155,6 +156,8 @@ class CompiledTape:
     # ------------------------------------------------ input plumbing
     def _x_ptr(self, x):
         """A C pointer to x (or NULL after writing a tuple's parts into the arena)."""
+        if self._treedef is not None:
+            x = self._tree_leaves(x)
         if self._single:
             if (type(x) is not np.ndarray or x.dtype != _F64 or x.shape != self._x_shape
                     or not x.flags.c_contiguous):
@@ -171,6 +174,40 @@ class CompiledTape:
         # one new buffer, copied in by C under the busy flag: the arena is never
         # written from Python, so a concurrent caller cannot corrupt a replay
         return ffi.from_buffer("double[]", np.concatenate([np.ravel(v) for v in parts]))
+
+    def _tree_leaves(self, tree, what="input"):
+        """A pytree input (or out=) as the leaf, or the tuple of leaves, it stands for."""
+        leaves = pytree.leaves_of(self._treedef, tree, what)
+        return leaves[0] if len(leaves) == 1 else tuple(leaves)
+
+    def _layout(self):
+        """The input's flat layout (api.Parts): flatten()/unflatten() go through it."""
+        if self._parts is not None:
+            return self._parts
+        from .api import Parts
+        layout = Parts([np.empty(s) if not f else 0.0
+                        for s, f in zip(self._in_shapes, self._in_float)], self._treedef)
+        layout.legacy_single = self._single and self._treedef is None
+        return layout
+
+    def flatten(self, x):
+        """x (a float, an array, a tuple or a pytree shaped like the recording
+        input) as one flat float64 vector: the layout bind() and the C program use."""
+        layout = self._layout()
+        if getattr(layout, "legacy_single", False):
+            x = (x,)
+        return layout.flatten(x)
+
+    def unflatten(self, vec):
+        """A flat vector (an input, or a gradient of a tape whose inputs are all
+        differentiated) in the recording input's structure."""
+        layout = self._layout()
+        vec = np.asarray(vec, dtype=np.float64)
+        if vec.shape != (layout.bounds[-1],):
+            raise InputError(f"unflatten() takes a flat vector of length {layout.bounds[-1]}, "
+                             f"got shape {vec.shape}")
+        res = layout.split_result(vec, None)
+        return res[0] if getattr(layout, "legacy_single", False) else res
 
     def _mark_replayed(self):
         if self._tape is not None:
@@ -203,6 +240,9 @@ class CompiledTape:
         """A writable float64 buffer for the gradient: out itself (checked) or a new array."""
         if out is None:
             return np.empty(self._g_len), None
+        if self._treedef is not None:
+            self._tree_leaves(out, "out=")       # checked here, written by _split_grad
+            return np.empty(self._g_len), out
         if self._single and type(out) is np.ndarray:
             if (out.dtype != _F64 or out.shape != self._grad_shapes[0] or not out.flags.writeable
                     or not out.flags.c_contiguous):
@@ -215,6 +255,8 @@ class CompiledTape:
     def _split_grad(self, flat, user_out):
         if user_out is not None and flat is user_out:
             return user_out
+        if self._treedef is not None:
+            return self._tree_split(flat, user_out)
         parts, k = [], 0
         for shape in self._grad_shapes:
             size = int(np.prod(shape, dtype=np.int64))
@@ -228,6 +270,16 @@ class CompiledTape:
         res = [float(p) if s == () and isf else p for p, s, isf in
                zip(parts, self._grad_shapes, self._in_float)]
         return res[0] if len(res) == 1 else tuple(res)
+
+    def _tree_split(self, flat, user_out):
+        layout = self._layout()
+        if user_out is None:
+            return layout.split_result(flat, None)
+        leaves = pytree.leaves_of(self._treedef, user_out, "out=")
+        check_out(leaves[0] if len(leaves) == 1 else tuple(leaves), [np.empty(s) for s in layout.shapes])
+        for o, p_ in zip(leaves, layout.split(flat)):
+            o[...] = p_
+        return user_out
 
     # ------------------------------------------------ replay
     def forward(self, x):
@@ -317,13 +369,19 @@ class CompiledTape:
         checked once, here."""
         if self._kind == "hessian" or self._program.out_shape != ():
             raise OutputError("bind() needs a gradient tape (scalar output)")
-        if not self._single or self._in_float[0]:
-            raise InputError("bind() needs a tape with one array input")
-        for name, buf in (("x_buf", x_buf), ("g_buf", g_buf)):
-            if (type(buf) is not np.ndarray or buf.dtype != _F64 or buf.shape != self._x_shape
+        # One array input binds buffers of its shape; any input (floats, tuples,
+        # pytrees) binds flat vectors in the layout of ctape.flatten(x): the C
+        # program reads its inputs from one contiguous run either way.
+        prog = self._program
+        flat_x, flat_g = (prog.n_in,), (prog.n_grad,)
+        shaped = self._single and not self._in_float[0] and self._treedef is None
+        for name, buf, flat in (("x_buf", x_buf, flat_x), ("g_buf", g_buf, flat_g)):
+            if (type(buf) is not np.ndarray or buf.dtype != _F64
+                    or (buf.shape != flat and not (shaped and buf.shape == self._x_shape))
                     or not buf.flags.c_contiguous):
-                raise InputError(f"{name} must be a C-contiguous float64 array of shape "
-                                 f"{self._x_shape}")
+                want = f"{self._x_shape} or {flat}" if shaped and self._x_shape != flat else flat
+                raise InputError(f"{name} must be a C-contiguous float64 array of shape {want}"
+                                 + ("" if shaped else " (the flat layout of ctape.flatten(x))"))
         if not g_buf.flags.writeable:
             raise InputError("g_buf must be writeable")
         if np.shares_memory(x_buf, g_buf):
@@ -363,12 +421,17 @@ class CompiledTape:
             size = int(np.prod(shape, dtype=np.int64))
             parts.append(J[:, k:k + size].reshape(tuple(yshape) + tuple(shape)))
             k += size
+        user_out = out
+        if out is not None and self._treedef is not None:
+            out = self._tree_leaves(out, "out=")
         if out is not None:
             outs = check_out(out, parts)
             for o, p_ in zip(outs, parts):
                 o[...] = p_
-            return out
+            return user_out
         parts = [np.ascontiguousarray(p_) for p_ in parts]
+        if self._treedef is not None:
+            return pytree.unflatten(self._treedef, parts)
         return parts[0] if len(parts) == 1 else tuple(parts)
 
     def vjp(self, x, w):
@@ -392,6 +455,8 @@ class CompiledTape:
 
     def _jvp_flat(self, x, v):
         # the C side refuses a non-finite tangent, as it does x
+        if self._treedef is not None:
+            v = self._tree_leaves(v, "tangent v")
         if len(self._grad_shapes) == 1 and self._single:
             vflat = v
             if not (type(v) is _ND and v.dtype is _F64 and v.shape == self._grad_shapes[0]
