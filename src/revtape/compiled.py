@@ -363,6 +363,22 @@ class CompiledTape:
     def gradient(self, x, out=None):
         return self.value_and_gradient(x, out)[1]
 
+    def _value_gradient_extras(self, x):
+        """(value, gradient, [extra output values]) of one replay: the values of
+        tape._extra_ids (rt.grad's has_aux) read from the arena under the lock,
+        so another thread's replay cannot land between the sweep and the read."""
+        if not self._lock.acquire(blocking=False):
+            self._status(RT_BUSY)
+        try:
+            value, g = self.value_and_gradient(x)
+            vals = self._vals
+            extras = [float(vals[off]) if shape == () else
+                      vals[off:off + int(np.prod(shape, dtype=np.int64))].reshape(shape).copy()
+                      for off, shape in self._program.extras]
+        finally:
+            self._lock.release()
+        return value, g, extras
+
     def bind(self, x_buf, g_buf):
         """A no-argument callable for sampler loops: replays at whatever x_buf holds,
         writes the gradient into g_buf and returns the value.  Both buffers are

@@ -32,7 +32,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import ops
+from . import functional, ops
 from .api import gc_paused
 from .compiled import CompiledTape
 from .errors import BranchChanged, InputError, OutputError, StaleTape
@@ -308,17 +308,18 @@ class _Variant:
 
 
 class _Entry:
-    __slots__ = ("variants", "eager")
+    __slots__ = ("variants", "eager", "layout")
 
     def __init__(self):
         self.variants = []
         self.eager = False
+        self.layout = None       # pytree arguments: functional.layout_of
 
 
 class GradFunction:
     """The function returned by rt.grad / rt.value_and_grad."""
 
-    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False):
+    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False, has_aux=False):
         if on_stale not in ("rerecord", "raise"):
             raise ValueError("on_stale must be 'rerecord' or 'raise'")
         self.fun = fun
@@ -326,6 +327,7 @@ class GradFunction:
         self.argnums = (argnums,) if self._single else tuple(argnums)
         self.on_stale = on_stale
         self.with_value = with_value
+        self.has_aux = has_aux
         self._cache = {}
         self._stats = {"records": 0, "replays": 0, "branch_failures": 0, "stale": 0}
         self._warned = False
@@ -333,7 +335,12 @@ class GradFunction:
 
     # ------------------------------------------------ call
     def __call__(self, *args, **kwargs):
-        key, diff, data = self._split(args, kwargs)
+        try:
+            key, diff, data = self._split(args, kwargs)
+        except functional.Traced:           # inside an outer recording: trace through
+            value, grads, aux = functional.traced_value_and_grads(
+                self.fun, args, kwargs, self.argnums, self.has_aux)
+            return self._result((value, aux) if self.has_aux else value, grads)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = _Entry()
@@ -361,7 +368,10 @@ class GradFunction:
                 if i:
                     entry.variants.insert(0, entry.variants.pop(i))
                 self._stats["replays"] += 1
-                if self._single and not self.with_value and type(grads) is not tuple:
+                if entry.layout is not None:
+                    grads = functional.regroup(grads, entry.layout)
+                elif self._single and not self.with_value and type(grads) is not tuple \
+                        and not self.has_aux:
                     return grads
                 return self._result(value, grads)
         return self._record(entry, args, kwargs)
@@ -373,12 +383,19 @@ class GradFunction:
             if type(a) is np.ndarray:
                 return (a.shape, a.dtype), [a], []
         key, diff, data = [], [], []
+        if functional.any_tracked(args, kwargs):
+            raise functional.Traced()
         for i, a in enumerate(args):
             if i in self.argnums:
                 if isinstance(a, np.ndarray):
                     key.append((a.shape, a.dtype.char))
                 elif isinstance(a, (float, int, np.floating, np.integer)):
                     key.append("f")
+                elif functional.pytree.is_container(a):     # a pytree: its leaves are inputs
+                    k, leaves = functional.tree_key(a)
+                    key.append(k)
+                    diff.extend(leaves)
+                    continue
                 else:
                     raise InputError(f"argument {i} is differentiated: pass a float or an array")
                 diff.append(a)
@@ -403,7 +420,7 @@ class GradFunction:
         tape = Tape()
         targs = list(args)
         for i in self.argnums:
-            targs[i] = tape.track(args[i])
+            targs[i] = functional.track_arg(tape, args[i])
         for i, a in enumerate(args):
             if i not in self.argnums and isinstance(a, np.ndarray) and a.dtype.kind == "f":
                 targs[i] = tape.track(a)
@@ -411,21 +428,33 @@ class GradFunction:
         watcher = _Watcher()
         with gc_paused():
             out = watcher.run(self.fun, *targs, **kwargs)
+        if self.has_aux:
+            out, aux = functional.split_aux(out)
         tape.finish(out)
         tape._scalar_output()
+        spec = functional.aux_spec(tape, aux) if self.has_aux else None
         guards = collect_guards(self.fun, watcher, pre)
-        ctape = CompiledTape(tape, n_grad=len(self.argnums))
-        self._stats["records"] += 1
-        entry.variants.insert(0, _Variant(ctape, guards))
         _, diff, data = self._split(args, kwargs)
+        entry.layout = functional.layout_of(args, self.argnums)
+        ctape = CompiledTape(tape, n_grad=len(diff))
+        self._stats["records"] += 1
+        variant = _Variant(ctape, guards)
+        if spec is not None:
+            def replay(x, ctape=ctape, spec=spec):
+                value, grads, extras = ctape._value_gradient_extras(x)
+                return (value, functional.build_aux(spec, extras)), grads
+            variant.replay = replay
+        entry.variants.insert(0, variant)
         x = diff + data
         try:
-            value, grads = ctape.value_and_gradient(x[0] if len(x) == 1 else x)
+            value, grads = variant.replay(x[0] if len(x) == 1 else x)
         except BranchChanged:
             # C and numpy rounded a comparison differently at a tie: this point
             # is on a boundary; answer from the recording itself.
             entry.variants.pop(0)
             return self._eager(args, kwargs)
+        if entry.layout is not None:
+            grads = functional.regroup(grads, entry.layout)
         return self._result(value, grads)
 
     def _eager(self, args, kwargs):
@@ -433,11 +462,19 @@ class GradFunction:
         tape = Tape()
         targs = list(args)
         for i in self.argnums:
-            targs[i] = tape.track(args[i])
-        tape.finish(self.fun(*targs, **kwargs))
+            targs[i] = functional.track_arg(tape, args[i])
+        out = self.fun(*targs, **kwargs)
+        if self.has_aux:
+            out, aux = functional.split_aux(out)
+        tape.finish(out)
         tape._scalar_output()
         value = tape._vals[tape._output._id]
         grads = tape._grads_out(tape._reverse(1.0), None)
+        layout = functional.layout_of(args, self.argnums)
+        if layout is not None:
+            grads = functional.regroup(grads, layout)
+        if self.has_aux:
+            value = (value, functional.plain_aux(aux))
         return self._result(value, grads)
 
     def _result(self, value, grads):
@@ -445,6 +482,8 @@ class GradFunction:
             g = grads[0] if isinstance(grads, tuple) else grads
         else:
             g = grads if isinstance(grads, tuple) else (grads,)
+        if self.has_aux and not self.with_value:
+            return g, value[1]               # JAX: grad(f, has_aux=True) -> (grad, aux)
         return (value, g) if self.with_value else g
 
     # ------------------------------------------------ introspection
@@ -466,12 +505,14 @@ def _static_key(a):
         return ("id", id(a))
 
 
-def grad(fun, argnums=0, on_stale="rerecord"):
+def grad(fun, argnums=0, on_stale="rerecord", has_aux=False):
     """grad(f)(x) -> gradient; recorded and compiled on the first call per input
-    structure, replayed after, re-recorded when a guard fails."""
-    return GradFunction(fun, argnums, on_stale, with_value=False)
+    structure, replayed after, re-recorded when a guard fails.  With
+    has_aux=True f returns (output, aux) and grad(f)(x) -> (gradient, aux)."""
+    return GradFunction(fun, argnums, on_stale, with_value=False, has_aux=has_aux)
 
 
-def value_and_grad(fun, argnums=0, on_stale="rerecord"):
-    """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad."""
-    return GradFunction(fun, argnums, on_stale, with_value=True)
+def value_and_grad(fun, argnums=0, on_stale="rerecord", has_aux=False):
+    """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad; with
+    has_aux=True -> ((value, aux), gradient)."""
+    return GradFunction(fun, argnums, on_stale, with_value=True, has_aux=has_aux)

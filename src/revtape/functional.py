@@ -1,0 +1,211 @@
+"""Helpers of the JAX-style transforms: pytree arguments, has_aux, and the
+traced fallback that makes rt.grad(rt.grad(f)) work.
+
+rt.grad (transforms.py) calls these; the cached transforms rt.jacobian(f),
+rt.hessian(f), rt.hvp(f) and rt.jvp/rt.vjp live in cached.py.
+"""
+
+import numpy as np
+
+from . import ops, pytree
+from .errors import InputError, OutputError, TapeMixError
+from .tape import Tape, backprop, shape_of
+
+_GUARD = ops.OPS["guard"]
+
+
+class Traced(Exception):
+    """Raised by GradFunction._split when an argument is already tracked: the call
+    happens while an outer tape records (rt.grad(rt.grad(f))), so the gradient
+    is traced onto that tape instead of replayed from a cache."""
+
+
+def is_tracked(v):
+    return getattr(v, "_is_tracked", False)
+
+
+def any_tracked(args, kwargs):
+    for a in (*args, *kwargs.values()):
+        if is_tracked(a) or (pytree.is_container(a) and any(map(is_tracked, pytree.flatten(a)[0]))):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- pytree arguments
+
+def tree_key(a):
+    """(cache key part, leaves) of a differentiated pytree argument."""
+    leaves, td = pytree.flatten(a)
+    keys = []
+    for v in leaves:
+        pytree.check_leaf(v)
+        if isinstance(v, np.ndarray):
+            keys.append((v.shape, v.dtype.char))
+        elif isinstance(v, list):
+            keys.append(np.shape(v))
+        else:
+            keys.append("f")
+    return ("tree", td, tuple(keys)), leaves
+
+
+def track_arg(tape, a):
+    """a tracked on tape: a leaf, or a pytree of tracked leaves."""
+    if pytree.is_container(a):
+        leaves, td = pytree.flatten(a)
+        return pytree.unflatten(td, [tape.track(v) for v in leaves])
+    return tape.track(a)
+
+
+def layout_of(args, argnums):
+    """Per differentiated argument (in the order GradFunction._split collects
+    them): None for a float/array, (treedef, number of leaves) for a pytree;
+    None for the whole call when no argument is a pytree."""
+    out = []
+    for i, a in enumerate(args):
+        if i in argnums:
+            if pytree.is_container(a):
+                td = pytree.flatten(a)[1]
+                out.append((td, td.n_leaves))
+            else:
+                out.append(None)
+    return tuple(out) if any(e is not None for e in out) else None
+
+
+def regroup(grads, layout):
+    """The flat per-leaf gradients as a tuple with one entry per differentiated argument."""
+    flat = list(grads) if type(grads) is tuple else [grads]
+    out, k = [], 0
+    for e in layout:
+        if e is None:
+            out.append(flat[k])
+            k += 1
+        else:
+            td, n = e
+            out.append(pytree.unflatten(td, flat[k:k + n]))
+            k += n
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- has_aux
+
+def split_aux(out):
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise OutputError("with has_aux=True the function must return a pair (output, aux), "
+                          f"got {type(out).__name__}")
+    return out[0], out[1]
+
+
+def aux_spec(tape, aux):
+    """Record aux's tracked leaves as extra outputs of tape; returns the spec
+    that rebuilds aux from a replay's extra values (plain leaves kept as they are)."""
+    leaves, td = pytree.flatten(aux)
+    ids, items = [], []
+    for v in leaves:
+        if is_tracked(v) and v._id >= 0 and v._tape is tape:
+            items.append(len(ids))
+            ids.append(v._id)
+        else:
+            items.append(("const", v.value if is_tracked(v) else v))
+    tape._extra_ids = ids
+    return td, items
+
+
+def build_aux(spec, extras):
+    td, items = spec
+    return pytree.unflatten(td, [extras[i] if type(i) is int else i[1] for i in items])
+
+
+def plain_aux(aux):
+    leaves, td = pytree.flatten(aux)
+    return pytree.unflatten(td, [v.value if is_tracked(v) else v for v in leaves])
+
+
+# ---------------------------------------------------------------- traced (nested) calls
+
+def traced_value_and_grads(fun, args, kwargs, argnums, has_aux):
+    """Value and gradients of fun at tracked arguments, recorded onto their tape.
+
+    fun is recorded on a fresh tape at the arguments' plain values, then that
+    recording's forward and reverse passes are run again on the outer tape's
+    tracked values (as HessianTape does): the gradient comes out as tracked
+    values whose own derivatives the outer transform takes.  Returns
+    (value, tuple of per-argument gradients, aux or None)."""
+    outer = None
+    for a in (*args, *kwargs.values()):
+        for v in (pytree.flatten(a)[0] if pytree.is_container(a) else [a]):
+            if is_tracked(v) and v._id >= 0:
+                if outer is not None and v._tape is not outer:
+                    raise TapeMixError("a transform was called with tracked values of two tapes")
+                outer = v._tape
+    inner = Tape()
+    env_in = {}                      # inner input id -> outer value (tracked or plain)
+    diff_ids, layout = [], []
+
+    def track(v, diff):
+        t = inner.track(v.value if is_tracked(v) else v)
+        env_in[t._id] = v
+        if diff:
+            diff_ids.append(t._id)
+        return t
+
+    iargs = list(args)
+    for i, a in enumerate(args):
+        diff = i in argnums
+        if pytree.is_container(a):
+            leaves, td = pytree.flatten(a)
+            if diff or any(map(is_tracked, leaves)):
+                iargs[i] = pytree.unflatten(td, [track(v, diff) if (diff or is_tracked(v)) else v
+                                                 for v in leaves])
+            if diff:
+                layout.append((td, td.n_leaves))
+        elif diff:
+            iargs[i] = track(a, True)
+            layout.append(None)
+        elif is_tracked(a):
+            iargs[i] = track(a, False)
+    ikw = {k: (track(v, False) if is_tracked(v) else v) for k, v in kwargs.items()}
+    try:
+        out = fun(*iargs, **ikw)
+    except TapeMixError as e:
+        raise TapeMixError(f"{e}. A function differentiated inside another transform's recording "
+                           "(rt.grad(rt.grad(f))) must take the values it differentiates as "
+                           "arguments, not read the outer function's tracked values from a "
+                           "closure") from None
+    aux = None
+    if has_aux:
+        out, aux = split_aux(out)
+    inner.finish(out)
+    inner._scalar_output()
+    env = list(inner._vals)
+    for nid, v in env_in.items():
+        env[nid] = v
+    for op, o, ids, params in inner._instrs:
+        if op is _GUARD:
+            a, b = env[ids[0]], env[ids[1]]
+            if outer is not None and (is_tracked(a) or is_tracked(b)):
+                outer._check_recording()
+                outer._instrs.append((_GUARD, -1, (outer._arg_id(a), outer._arg_id(b)),
+                                      {**params, "index": outer._n_guards}))
+                outer._n_guards += 1
+            continue
+        env[o] = ops.apply(op, [env[k] for k in ids], params)
+    active = set(diff_ids)
+    for op, o, ids, params in inner._instrs:
+        if o >= 0 and op.diff and any(k in active for k in ids):
+            active.add(o)
+    adj = backprop(inner._instrs, env, inner._output._id, 1.0, active)
+    grads = []
+    for nid in diff_ids:
+        rec = inner._vals[nid]
+        g = adj.get(nid)
+        if g is None:
+            g = 0.0 if type(rec) is float else np.zeros(np.shape(rec))
+        elif shape_of(g) != shape_of(rec):
+            g = ops.broadcast_to(g, shape_of(rec))
+        grads.append(g)
+    value = env[inner._output._id]
+    if has_aux:
+        leaves, td = pytree.flatten(aux)
+        aux = pytree.unflatten(td, [env[v._id] if is_tracked(v) and v._tape is inner and v._id >= 0
+                                    else v for v in leaves])
+    return value, regroup(tuple(grads), layout), aux
