@@ -127,3 +127,120 @@ def test_nested_grad_through_a_branch_and_of_an_array_sum():
     # the outer function of an inner gradient of an array
     h = rt.grad(lambda a: np.sum(rt.grad(lambda x: np.sum(x ** 3))(a)))
     np.testing.assert_allclose(h(np.array([1.0, 2.0])), [6.0, 12.0])
+
+
+# ---------------------------------------------------------------- cached jacobian/hessian/hvp
+
+def rosen(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def rosen_hess(x):
+    n = x.size
+    H = np.zeros((n, n))
+    for i in range(n - 1):
+        H[i, i] += 1200 * x[i] ** 2 - 400 * x[i + 1] + 2
+        H[i, i + 1] -= 400 * x[i]
+        H[i + 1, i] -= 400 * x[i]
+        H[i + 1, i + 1] += 200
+    return H
+
+
+def test_hessian_and_hvp_transforms_are_cached_and_match_the_analytic_hessian():
+    H, hvp = rt.hessian(rosen), rt.hvp(rosen)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x, v = rng.normal(size=5), rng.normal(size=5)
+        np.testing.assert_allclose(H(x), rosen_hess(x), rtol=1e-12)
+        np.testing.assert_allclose(hvp(x, v), rosen_hess(x) @ v, rtol=1e-12)
+    assert H.cache_info().records == 1 and H.cache_info().replays == 3
+    assert hvp.cache_info().records == 1 and hvp.cache_info().replays == 3
+    # with x they keep their one-shot meaning
+    x = rng.normal(size=5)
+    np.testing.assert_allclose(rt.hessian(rosen, x), rosen_hess(x), rtol=1e-12)
+    np.testing.assert_allclose(rt.hvp(rosen, x, np.ones(5)), rosen_hess(x) @ np.ones(5), rtol=1e-12)
+
+
+def test_jacobian_transform_with_static_arguments_and_pytrees():
+    f = lambda x, k: np.sin(x) * x[0] ** k
+    J = rt.jacobian(f)
+    x = np.array([0.3, 0.5, 0.7])
+    for k in (1, 2, 1):
+        exact = np.diag(np.cos(x) * x[0] ** k)
+        exact[:, 0] += np.sin(x) * k * x[0] ** (k - 1)
+        np.testing.assert_allclose(J(x, k), exact, rtol=1e-14)
+    assert J.cache_info().records == 2            # k is static: one entry per value
+    Jt = rt.jacobian(lambda p: p["a"] * p["b"])({"a": np.array([1.0, 2.0]), "b": 3.0})
+    np.testing.assert_array_equal(Jt["a"], 3 * np.eye(2))
+    np.testing.assert_array_equal(Jt["b"], [1.0, 2.0])
+    hv = rt.hvp(lambda p: p["a"] ** 2 * p["b"] ** 3)({"a": 1.5, "b": 2.0}, {"a": 1.0, "b": 0.0})
+    assert hv == {"a": pytest.approx(16.0), "b": pytest.approx(36.0)}
+
+
+def test_cached_transforms_rerecord_on_branches_and_redefinitions():
+    state = {"scale": 1.0}
+
+    def f(x):
+        if x[0] > 0:
+            return np.sum(x ** 4) * state["scale"]
+        return np.sum(x ** 2)
+
+    H = rt.hessian(f)
+    np.testing.assert_allclose(H(np.array([1.0, 2.0])), np.diag([12.0, 48.0]))
+    np.testing.assert_allclose(H(np.array([-1.0, 2.0])), 2 * np.eye(2))     # other branch
+    assert H.cache_info().branch_failures == 1
+    state["scale"] = 2.0                          # a small dict the function read
+    np.testing.assert_allclose(H(np.array([1.0, 2.0])), np.diag([24.0, 96.0]))
+    assert H.cache_info().stale >= 1
+    strict = rt.hessian(f)
+    strict.on_stale = "raise"
+    strict(np.array([1.0, 2.0]))
+    with pytest.raises(rt.StaleTape):
+        strict(np.array([-1.0, 2.0]))
+
+
+def test_jvp_and_vjp_follow_jax():
+    f = lambda a, b: a * np.sin(b)
+    b = np.array([0.2, 0.4])
+    out, tan = rt.jvp(f, (2.0, b), (1.0, np.array([0.0, 1.0])))
+    np.testing.assert_allclose(out, 2.0 * np.sin(b))
+    np.testing.assert_allclose(tan, np.sin(b) + 2.0 * np.cos(b) * [0.0, 1.0], rtol=1e-15)
+    out, vjp_fun = rt.vjp(f, 2.0, b)
+    ga, gb = vjp_fun(np.array([1.0, 0.0]))
+    assert ga == pytest.approx(np.sin(0.2))
+    np.testing.assert_allclose(gb, [2.0 * np.cos(0.2), 0.0])
+    ga, gb = vjp_fun(np.array([0.0, 1.0]))           # reusable: another reverse sweep
+    assert ga == pytest.approx(np.sin(0.4))
+    (gd,) = rt.vjp(lambda d: d["x"] * 2.0, {"x": np.ones(2)})[1](np.array([1.0, 3.0]))
+    np.testing.assert_array_equal(gd["x"], [2.0, 6.0])
+    # the cached form, value first
+    jv = rt.jvp(lambda x: np.exp(x) * x[0])
+    x, v = np.array([0.5, 1.0]), np.array([1.0, 0.0])
+    y, t = jv(x, v)
+    np.testing.assert_allclose(y, np.exp(x) * 0.5)
+    np.testing.assert_allclose(t, np.exp(x) * 0.5 * v + np.exp(x), rtol=1e-15)
+
+
+def test_cached_transforms_serve_many_threads():
+    import threading
+    hvp = rt.hvp(rosen)
+    rng = np.random.default_rng(1)
+    xs, vs = rng.normal(size=(8, 4)), rng.normal(size=(8, 4))
+    hvp(xs[0], vs[0])
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(200):
+                np.testing.assert_allclose(hvp(xs[k], vs[k]), rosen_hess(xs[k]) @ vs[k],
+                                           rtol=1e-12)
+        except Exception as e:                     # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert hvp.cache_info().records == 1

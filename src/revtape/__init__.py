@@ -12,6 +12,7 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Conv
                      TapeMixError, UnsupportedError, VerificationError)
 from .tape import NULL_TAPE, Tape
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
+from .pytree import register_pytree_node
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
 
@@ -33,6 +34,9 @@ def __getattr__(name):
     if name in ("grad", "value_and_grad"):
         from . import transforms
         return getattr(transforms, name)
+    if name in ("jvp", "vjp"):
+        from . import cached
+        return getattr(cached, name)
     raise AttributeError(f"module 'revtape' has no attribute {name!r}")
 
 
@@ -42,5 +46,5 @@ __all__ = [
     "jacobian", "hessian", "hvp", "compile", "CompiledTape", "grad", "value_and_grad",
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
-    "BuildMismatchError", "BranchChanged", "StaleTape",
+    "BuildMismatchError", "BranchChanged", "StaleTape", "jvp", "vjp", "register_pytree_node",
 ]

@@ -268,22 +268,41 @@ def value_and_gradient(f, x, out=None):
     return GradientTape(f, x).value_and_gradient_recorded(out)
 
 
-def jacobian(f, x, out=None):
-    """Jacobian of f at x, shaped output.shape + input.shape."""
+def _transform(f, kind, x):
+    """rt.jacobian(f) / hessian(f) / hvp(f) without x: the cached transform."""
+    if _tape_like(f) or x is not None:
+        raise TypeError(f"rt.{kind}(tape) needs x: rt.{kind}(tape, x, ...)")
+    from .cached import CachedTransform
+    return CachedTransform(f, kind)
+
+
+def jacobian(f, x=None, out=None):
+    """Jacobian of f at x, shaped output.shape + input.shape.  Without x, the
+    cached, compiled, guarded transform: rt.jacobian(f)(x)."""
+    if x is None:
+        return _transform(f, "jacobian", x)
     if _tape_like(f):
         return f.jacobian(x, out)
     return JacobianTape(f, x).jacobian(x, out)
 
 
-def hessian(f, x, out=None):
-    """Hessian of scalar f at x, shaped input.shape + input.shape."""
+def hessian(f, x=None, out=None):
+    """Hessian of scalar f at x, shaped input.shape + input.shape.  Without x,
+    the cached transform: rt.hessian(f)(x)."""
+    if x is None:
+        return _transform(f, "hessian", x)
     if _tape_like(f):
         return f.hessian(x, out)
     return HessianTape(f, x).hessian(x, out)
 
 
-def hvp(f, x, v):
-    """Hessian-vector product H(x) v."""
+def hvp(f, x=None, v=None):
+    """Hessian-vector product H(x) v.  Without x, the cached transform:
+    rt.hvp(f)(x, v), as fast as ctape.hvp after its first call."""
+    if x is None and v is None:
+        return _transform(f, "hvp", None)
+    if v is None:
+        raise TypeError("rt.hvp(f, x, v) needs v (or call rt.hvp(f)(x, v))")
     if _tape_like(f):
         return f.hvp(x, v)
     return HessianTape(f, x).hvp(x, v)
