@@ -37,6 +37,9 @@ def __getattr__(name):
     if name in ("jvp", "vjp"):
         from . import cached
         return getattr(cached, name)
+    if name == "LogDensity":
+        from .logdensity import LogDensity
+        return LogDensity
     raise AttributeError(f"module 'revtape' has no attribute {name!r}")
 
 
@@ -47,4 +50,5 @@ __all__ = [
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
     "BuildMismatchError", "BranchChanged", "StaleTape", "jvp", "vjp", "register_pytree_node",
+    "LogDensity",
 ]

@@ -224,4 +224,28 @@ def _leaves_along(td, x, leaves):
     return all(_leaves_along(c, v, leaves) for c, v in zip(td.children, children))
 
 
+def leaf_paths(treedef, root=""):
+    """A readable path per leaf: dict keys and namedtuple fields joined by
+    dots, sequence positions in brackets ("theta", "b[1]", "n.mu")."""
+    if treedef.kind is None:
+        return [root]
+    kind = treedef.kind
+    if kind in (dict, collections.OrderedDict):
+        labels = [str(k) for k in treedef.aux]
+    elif kind is collections.defaultdict:
+        labels = [str(k) for k in treedef.aux[1]]
+    elif hasattr(kind, "_fields"):
+        labels = list(kind._fields)
+    else:
+        labels = [f"[{i}]" for i in range(len(treedef.children))]
+    out = []
+    for label, child in zip(labels, treedef.children):
+        if label.startswith("["):
+            path = (root or "x") + label
+        else:
+            path = f"{root}.{label}" if root else label
+        out.extend(leaf_paths(child, path))
+    return out
+
+
 __all__ = ["TreeDef", "flatten", "unflatten", "register_pytree_node", "is_container"]
