@@ -129,7 +129,10 @@ class HessianTape(Tape):
         src._check_finished()
         src._scalar_output()
         if len(src._inputs) != 1:
-            raise UnsupportedError("HessianTape supports functions of one input (array or float)")
+            raise UnsupportedError(
+                "this tape has several inputs; for Hessians of a function of a tuple or a "
+                "pytree record rt.HessianTape(f, x) or use rt.hessian(f) / rt.hvp(f): they lay "
+                "the inputs out as one vector")
         xin = src._inputs[0]
         hx = self.track(src._vals[xin._id])
         env = list(src._vals)         # constants stay plain; computed nodes become tracked

@@ -110,6 +110,29 @@ def aux_spec(tape, aux):
     return td, items
 
 
+class AuxReplay:
+    """A has_aux variant's replay: ((value, aux), grads) of one compiled replay,
+    aux rebuilt from the program's extra outputs.  A plain object (not a
+    closure) so that variants deep-copy and pickle; a per-thread copy of the
+    variant gets its own with rebind(copied_ctape)."""
+
+    __slots__ = ("ctape", "spec")
+
+    def __init__(self, ctape, spec):
+        self.ctape = ctape
+        self.spec = spec
+
+    def __call__(self, x):
+        value, grads, extras = self.ctape._value_gradient_extras(x)
+        return (value, build_aux(self.spec, extras)), grads
+
+    def rebind(self, ctape):
+        return AuxReplay(ctape, self.spec)
+
+    def __reduce__(self):
+        return (AuxReplay, (self.ctape, self.spec))
+
+
 def build_aux(spec, extras):
     td, items = spec
     return pytree.unflatten(td, [extras[i] if type(i) is int else i[1] for i in items])

@@ -39,6 +39,8 @@ from .compiled import CompiledTape
 from .errors import BranchChanged, InputError
 
 MAX_BRANCHES = 8
+_F64 = np.dtype(np.float64)
+_copyto = np.copyto
 
 
 class _ThreadState:
@@ -166,6 +168,15 @@ class LogDensity:
     # ------------------------------------------------ the interface
     def logdensity_and_gradient(self, x):
         """(log density, gradient) at the flat vector x, value first."""
+        st = getattr(self._local, "state", None)
+        if (st is not None and st.programs and type(x) is np.ndarray and x.dtype is _F64
+                and x.shape == st.x.shape):
+            # the sampler loop: copy x into the bound buffer, one C call
+            _copyto(st.x, x)
+            try:
+                return st.programs[0][1](), st.g.copy()
+            except BranchChanged:
+                pass                        # another branch: the general path below
         res = self._replay(x, lambda ctape, run, st: (run(), st.g.copy()))
         return res if res is not None else self._fresh(x)
 

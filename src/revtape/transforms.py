@@ -440,10 +440,7 @@ class GradFunction:
         self._stats["records"] += 1
         variant = _Variant(ctape, guards)
         if spec is not None:
-            def replay(x, ctape=ctape, spec=spec):
-                value, grads, extras = ctape._value_gradient_extras(x)
-                return (value, functional.build_aux(spec, extras)), grads
-            variant.replay = replay
+            variant.replay = functional.AuxReplay(ctape, spec)
         entry.variants.insert(0, variant)
         x = diff + data
         try:
