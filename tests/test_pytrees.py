@@ -165,3 +165,28 @@ def test_tree_tapes_pickle_and_deepcopy():
     ct = rt.compile(rt.GradientTape(model, point()))
     for c in (pickle.loads(pickle.dumps(ct)), copy.deepcopy(ct)):
         assert_tree_close(c.gradient(point(0.2)), analytic(point(0.2)))
+
+
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+
+rt.register_pytree_node(Point, lambda p: ((p.x, p.y), None), lambda aux, ch: Point(*ch))
+
+
+def test_registered_container_types_are_pytrees():
+    g = rt.gradient(lambda p: p.x ** 2 * np.sum(p.y), Point(3.0, np.ones(2)))
+    assert type(g) is Point and g.x == 12.0
+    np.testing.assert_array_equal(g.y, [9.0, 9.0])
+    g2 = rt.grad(lambda p: p.x * p.y[1])(Point(2.0, np.array([1.0, 5.0])))
+    assert type(g2) is Point and g2.x == 5.0
+
+
+def test_grad_static_arguments_may_be_any_container():
+    g = rt.grad(lambda x, cfg: np.sum(x ** 2) * len(cfg))
+    # a dict with keys that do not sort is fine as a static argument
+    np.testing.assert_array_equal(g(np.ones(2), {1: "a", "b": 2}), [4.0, 4.0])
+    np.testing.assert_array_equal(g(np.ones(2), list(range(10000))), [20000.0, 20000.0])
+    # and a list of numbers as the differentiated argument is an array
+    np.testing.assert_array_equal(rt.grad(lambda x: np.sum(x ** 2))([1.0, 2.0]), [2.0, 4.0])

@@ -25,8 +25,27 @@ def is_tracked(v):
 
 
 def any_tracked(args, kwargs):
-    for a in (*args, *kwargs.values()):
-        if is_tracked(a) or (pytree.is_container(a) and any(map(is_tracked, pytree.flatten(a)[0]))):
+    return any(_holds_tracked(a, 0) for a in (*args, *kwargs.values()))
+
+
+def _holds_tracked(a, depth):
+    """a is tracked, or a container holding one.  Never raises (static
+    arguments may be any object), and looks at most 256 items per container
+    and 8 levels deep: a large static list costs nothing per call."""
+    if getattr(a, "_is_tracked", False):
+        return True
+    if depth > 8:
+        return False
+    if isinstance(a, dict):
+        items = a.values()
+    elif isinstance(a, (list, tuple)):
+        items = a
+    else:
+        return False
+    for k, v in enumerate(items):
+        if k >= 256:
+            break
+        if _holds_tracked(v, depth + 1):
             return True
     return False
 
