@@ -244,3 +244,18 @@ def test_cached_transforms_serve_many_threads():
         t.join()
     assert not errors
     assert hvp.cache_info().records == 1
+
+
+def test_static_arguments_of_cached_transforms_are_keyed_by_value():
+    J = rt.jacobian(lambda x, w: x * np.asarray(w))
+    x = np.ones(2)
+    np.testing.assert_array_equal(J(x, [1.0, 2.0]), np.diag([1.0, 2.0]))
+    np.testing.assert_array_equal(J(x, [3.0, 4.0]), np.diag([3.0, 4.0]))     # new list, new key
+    np.testing.assert_array_equal(J(x, [1.0, 2.0]), np.diag([1.0, 2.0]))
+    assert J.cache_info().records == 2
+
+    class Unhashable:
+        __hash__ = None
+
+    with pytest.raises(rt.InputError, match="hashable"):
+        J(x, Unhashable())

@@ -23,6 +23,7 @@ called from many threads at once.
 import copy
 import threading
 import warnings
+from collections import namedtuple
 
 import numpy as np
 
@@ -32,10 +33,28 @@ from .compiled import CompiledTape
 from .errors import BranchChanged, InputError, StaleTape
 from .functional import is_tracked, track_arg
 from .tape import Tape
-from .transforms import (MAX_VARIANTS, CacheInfo, StaleTapeWarning, _pre_snapshots, _static_key,
-                         _Watcher, collect_guards)
+from .transforms import MAX_VARIANTS, StaleTapeWarning, _pre_snapshots, _Watcher, collect_guards
 
 KINDS = ("jacobian", "hessian", "hvp", "jvp")
+CacheInfo = namedtuple("CacheInfo", "records replays branch_failures stale variants")
+
+
+def _static_key(a):
+    """A static argument as part of the cache key (arrays by their bytes)."""
+    if isinstance(a, np.ndarray):
+        return ("array", a.shape, a.dtype.str, a.tobytes())
+    if isinstance(a, (list, tuple)):
+        return (type(a), tuple(_static_key(v) for v in a))
+    if isinstance(a, dict):
+        return (type(a), tuple((_static_key(k), _static_key(v)) for k, v in a.items()))
+    try:
+        hash(a)
+    except TypeError:
+        # keyed by identity it could match another object later at the same
+        # address: refuse rather than risk a stale replay
+        raise InputError(f"a static argument of a cached transform must be hashable (or a "
+                         f"list, tuple, dict or array of such); got a {type(a).__name__}") from None
+    return (type(a), a)
 
 
 class _Variant:
@@ -189,8 +208,7 @@ class CachedTransform:
 
     # ------------------------------------------------ introspection
     def cache_info(self):
-        return CacheInfo(variants=sum(len(v) for v in self._cache.values()), eager=False,
-                         **self._stats)
+        return CacheInfo(variants=sum(len(v) for v in self._cache.values()), **self._stats)
 
     def clear_cache(self):
         self._cache.clear()
