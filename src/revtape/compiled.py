@@ -184,10 +184,13 @@ class CompiledTape:
         """The input's flat layout (api.Parts): flatten()/unflatten() go through it."""
         if self._parts is not None:
             return self._parts
-        from .api import Parts
-        layout = Parts([np.empty(s) if not f else 0.0
-                        for s, f in zip(self._in_shapes, self._in_float)], self._treedef)
-        layout.legacy_single = self._single and self._treedef is None
+        layout = self.__dict__.get("_flat_layout")
+        if layout is None:
+            from .api import Parts
+            layout = Parts([np.empty(s) if not f else 0.0
+                            for s, f in zip(self._in_shapes, self._in_float)], self._treedef)
+            layout.legacy_single = self._single and self._treedef is None
+            self._flat_layout = layout
         return layout
 
     def flatten(self, x):
@@ -276,7 +279,8 @@ class CompiledTape:
         if user_out is None:
             return layout.split_result(flat, None)
         leaves = pytree.leaves_of(self._treedef, user_out, "out=")
-        check_out(leaves[0] if len(leaves) == 1 else tuple(leaves), [np.empty(s) for s in layout.shapes])
+        check_out(leaves[0] if len(leaves) == 1 else tuple(leaves),
+                  [np.empty(s) for s in layout.shapes])
         for o, p_ in zip(leaves, layout.split(flat)):
             o[...] = p_
         return user_out
