@@ -259,3 +259,17 @@ def test_static_arguments_of_cached_transforms_are_keyed_by_value():
 
     with pytest.raises(rt.InputError, match="hashable"):
         J(x, Unhashable())
+
+
+def test_transforms_compose_jacobian_of_grad_is_the_hessian():
+    H = rt.jacobian(rt.grad(rosen))
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = rng.normal(size=4)
+        np.testing.assert_allclose(H(x), rosen_hess(x), rtol=1e-12, atol=1e-9)
+    assert H.cache_info().records == 1
+    # has_aux inside an outer recording: the aux is traced too
+    f = lambda x: (x ** 3, {"sq": x ** 2})
+    g = rt.grad(lambda x: rt.grad(f, has_aux=True)(x)[0] + rt.grad(f, has_aux=True)(x)[1]["sq"])
+    assert g(2.0) == pytest.approx(6 * 2.0 + 2 * 2.0)
+    assert g(-1.0) == pytest.approx(6 * -1.0 + 2 * -1.0)
