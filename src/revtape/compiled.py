@@ -375,13 +375,17 @@ class CompiledTape:
             self._status(RT_BUSY)
         try:
             value, g = self.value_and_gradient(x)
-            vals = self._vals
-            extras = [float(vals[off]) if shape == () else
-                      vals[off:off + int(np.prod(shape, dtype=np.int64))].reshape(shape).copy()
-                      for off, shape in self._program.extras]
+            extras = self._extras()
         finally:
             self._lock.release()
         return value, g, extras
+
+    def _extras(self):
+        """The extra outputs' values left in the arena by the last replay (copies)."""
+        vals = self._vals
+        return [float(vals[off]) if shape == () else
+                vals[off:off + int(np.prod(shape, dtype=np.int64))].reshape(shape).copy()
+                for off, shape in self._program.extras]
 
     def bind(self, x_buf, g_buf):
         """A no-argument callable for sampler loops: replays at whatever x_buf holds,
