@@ -11,13 +11,18 @@ on every call).  Each is first checked against finite differences of the
 numpy reference gradient.
 """
 
+import os
+import sys
 import time
 
 import numpy as np
 import pytest
 
-import revtape as rt
-from revtape import workloads
+if __name__ == "__main__":   # run as a script: this checkout's revtape
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "src"))
+import revtape as rt  # noqa: E402
+from revtape import workloads  # noqa: E402
 
 CASES = {
     "eight-schools": lambda: workloads.eight_schools(),
