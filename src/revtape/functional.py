@@ -53,18 +53,36 @@ def _holds_tracked(a, depth):
 # ---------------------------------------------------------------- pytree arguments
 
 def tree_key(a):
-    """(cache key part, leaves) of a differentiated pytree argument."""
-    leaves, td = pytree.flatten(a)
-    keys = []
-    for v in leaves:
-        pytree.check_leaf(v)
-        if isinstance(v, np.ndarray):
-            keys.append((v.shape, v.dtype.char))
-        elif isinstance(v, list):
-            keys.append(np.shape(v))
-        else:
-            keys.append("f")
-    return ("tree", td, tuple(keys)), leaves
+    """(cache key part, leaves) of a differentiated pytree argument, in one walk:
+    the key holds the containers (types, sorted dict keys) and each leaf's
+    shape and dtype, as plain tuples that hash and compare in C.  The leaves
+    come in pytree.flatten's order."""
+    leaves = []
+    return ("tree", _walk(a, leaves)), leaves
+
+
+def _walk(x, leaves):
+    t = type(x)
+    if t is np.ndarray:
+        leaves.append(x)
+        return (x.shape, x.dtype.char)
+    if t is float or t is int:
+        leaves.append(x)
+        return "f"
+    if t is dict:
+        keys = pytree._sorted_keys(x)
+        return (dict, keys, tuple([_walk(x[k], leaves) for k in keys]))
+    if t is tuple or (t is list and not pytree._is_scalar_list(x)):
+        return (t, tuple([_walk(v, leaves) for v in x]))
+    rule = None if t is list else pytree._node(x)
+    if rule is None:
+        if is_tracked(x):
+            raise Traced()
+        pytree.check_leaf(x)
+        leaves.append(x)
+        return ("a", np.shape(x)) if t is list or isinstance(x, np.ndarray) else "f"
+    children, aux = rule[0](x)
+    return (t, aux, tuple([_walk(c, leaves) for c in children]))
 
 
 def track_arg(tape, a):
