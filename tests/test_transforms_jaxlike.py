@@ -273,3 +273,21 @@ def test_transforms_compose_jacobian_of_grad_is_the_hessian():
     g = rt.grad(lambda x: rt.grad(f, has_aux=True)(x)[0] + rt.grad(f, has_aux=True)(x)[1]["sq"])
     assert g(2.0) == pytest.approx(6 * 2.0 + 2 * 2.0)
     assert g(-1.0) == pytest.approx(6 * -1.0 + 2 * -1.0)
+
+
+def test_cached_transforms_and_tree_hessian_tapes_copy_and_pickle():
+    import copy
+    import pickle
+    hvp = rt.hvp(rosen)
+    x, v = np.array([0.5, -0.3, 0.2]), np.array([1.0, 2.0, 3.0])
+    want = hvp(x, v)
+    for other in (copy.deepcopy(hvp), pickle.loads(pickle.dumps(hvp))):
+        np.testing.assert_array_equal(other(x, v), want)
+        assert other.cache_info().records == 1
+    f = lambda p: p["a"] ** 2 * np.sum(p["b"] ** 3)
+    t = {"a": 1.5, "b": np.array([1.0, 2.0])}
+    ch = rt.compile(rt.HessianTape(f, t))
+    for other in (copy.deepcopy(ch), pickle.loads(pickle.dumps(ch))):
+        H = other.hessian(t)
+        assert float(H["a"]["a"]) == pytest.approx(2 * 9.0)
+        np.testing.assert_allclose(H["b"]["b"], np.diag(6 * 1.5 ** 2 * t["b"]))

@@ -206,6 +206,17 @@ class CachedTransform:
             return CompiledTape(htape), guards
         return CompiledTape(tape), guards
 
+    # ------------------------------------------------ copy and pickle
+    # A copy starts with an empty cache (it records on its first call): the
+    # compiled variants belong to this object's threads; f travels by reference.
+    def __reduce__(self):
+        return (CachedTransform, (self.fun, self.kind, self.on_stale))
+
+    def __deepcopy__(self, memo):
+        return CachedTransform(self.fun, self.kind, self.on_stale)
+
+    __copy__ = lambda self: self.__deepcopy__({})
+
     # ------------------------------------------------ introspection
     def cache_info(self):
         return CacheInfo(variants=sum(len(v) for v in self._cache.values()), **self._stats)
