@@ -291,3 +291,24 @@ def test_cached_transforms_and_tree_hessian_tapes_copy_and_pickle():
         H = other.hessian(t)
         assert float(H["a"]["a"]) == pytest.approx(2 * 9.0)
         np.testing.assert_allclose(H["b"]["b"], np.diag(6 * 1.5 ** 2 * t["b"]))
+
+
+def test_aux_values_survive_fusions_aliases_and_gathers():
+    def f(x):
+        a = x[0] * x[1]                    # would fuse into an AXPY
+        s = x[2] + a
+        u = s + x[0] + x[1]                # a CSUM chain
+        w = u + x[2]
+        return w, {"x": x, "x1": x[1], "a": a, "s": s, "u": u, "take": x[[0, 2]], "c": 3.0}
+
+    g = rt.grad(f, has_aux=True)
+    for x in (np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 4.0])):
+        grad, aux = g(x)
+        a = x[0] * x[1]
+        s = x[2] + a
+        np.testing.assert_array_equal(grad, [x[1] + 1, x[0] + 1, 2.0])
+        np.testing.assert_array_equal(aux["x"], x)
+        assert aux["x"] is not x                   # a copy, never the caller's array
+        assert (aux["x1"], aux["a"], aux["s"], aux["u"]) == (x[1], a, s, s + x[0] + x[1])
+        np.testing.assert_array_equal(aux["take"], x[[0, 2]])
+        assert aux["c"] == 3.0
