@@ -75,6 +75,7 @@ class LogDensity:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._tapes = list(_tapes) if _tapes is not None else [self._record(self.x0)]
+        self._program(self._state(), 0)     # compiled now: a bad program fails here, not mid-run
 
     def _names(self, names, treedef, leaves):
         if names is not None:
