@@ -190,3 +190,17 @@ def test_grad_static_arguments_may_be_any_container():
     np.testing.assert_array_equal(g(np.ones(2), list(range(10000))), [20000.0, 20000.0])
     # and a list of numbers as the differentiated argument is an array
     np.testing.assert_array_equal(rt.grad(lambda x: np.sum(x ** 2))([1.0, 2.0]), [2.0, 4.0])
+
+
+def test_forward_jvp_and_vjp_take_trees():
+    f = lambda p: np.exp(p["a"]) * p["b"]
+    x = {"a": np.array([0.1, 0.2]), "b": 3.0}
+    t = rt.JacobianTape(f, x)
+    c = rt.compile(t)
+    np.testing.assert_allclose(c.forward(x), np.exp(x["a"]) * 3.0)
+    np.testing.assert_array_equal(t.forward(x), c.forward(x))
+    jv = c.jvp(x, {"a": np.array([1.0, 0.0]), "b": 1.0})
+    np.testing.assert_allclose(jv, [np.exp(0.1) * 3.0 + np.exp(0.1), np.exp(0.2)], rtol=1e-15)
+    for vj in (t.vjp(x, np.array([1.0, 0.0])), c.vjp(x, np.array([1.0, 0.0]))):
+        np.testing.assert_allclose(vj["a"], [np.exp(0.1) * 3.0, 0.0], rtol=1e-15)
+        assert vj["b"] == pytest.approx(np.exp(0.1), rel=1e-15)
