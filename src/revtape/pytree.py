@@ -13,8 +13,13 @@ equal whatever their order).
 type: ``flatten_fn(obj) -> (children, aux)`` with hashable ``aux``,
 ``unflatten_fn(aux, children) -> obj``.
 
+One departure from JAX, kept from revtape's array conventions: a non-empty
+(nested) list of plain numbers is one leaf, an array -- ``{"w": [1.0, 2.0]}``
+has one array leaf, while a list holding arrays or containers is a node.
+
 Treedefs are hashable and compare by structure, so they serve as cache keys
-(rt.grad keys its compiled variants on them).
+(the cached transforms key on them; rt.grad builds an equivalent key of plain
+tuples in one walk, functional.tree_key).
 """
 
 import collections
