@@ -312,3 +312,12 @@ def test_aux_values_survive_fusions_aliases_and_gathers():
         assert (aux["x1"], aux["a"], aux["s"], aux["u"]) == (x[1], a, s, s + x[0] + x[1])
         np.testing.assert_array_equal(aux["take"], x[[0, 2]])
         assert aux["c"] == 3.0
+
+
+def test_nested_grad_returns_gradients_in_argnums_order_and_takes_trees():
+    inner = rt.grad(lambda a, b: a ** 2 * b ** 3, argnums=(1, 0))     # (d/db, d/da)
+    outer = rt.grad(lambda x, y: inner(x, y)[0])                       # d/dx of 3 x^2 y^2
+    assert outer(1.5, 2.0) == pytest.approx(6 * 1.5 * 4.0)
+    tree_inner = rt.grad(lambda p: p["a"] ** 2 * p["b"])
+    h = rt.grad(lambda x: tree_inner({"a": x, "b": 3.0})["a"])          # d/dx of 6x
+    assert h(0.7) == pytest.approx(6.0)

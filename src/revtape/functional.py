@@ -94,17 +94,18 @@ def track_arg(tape, a):
 
 
 def layout_of(args, argnums):
-    """Per differentiated argument (in the order GradFunction._split collects
-    them): None for a float/array, (treedef, number of leaves) for a pytree;
-    None for the whole call when no argument is a pytree."""
+    """Per differentiated argument, in argnums order (the order their leaves are
+    tracked, and JAX's order of the returned gradients): None for a float or
+    an array, (treedef, number of leaves) for a pytree; None for the whole
+    call when no argument is a pytree."""
     out = []
-    for i, a in enumerate(args):
-        if i in argnums:
-            if pytree.is_container(a):
-                td = pytree.flatten(a)[1]
-                out.append((td, td.n_leaves))
-            else:
-                out.append(None)
+    for i in argnums:
+        a = args[i]
+        if pytree.is_container(a):
+            td = pytree.flatten(a)[1]
+            out.append((td, td.n_leaves))
+        else:
+            out.append(None)
     return tuple(out) if any(e is not None for e in out) else None
 
 
@@ -190,40 +191,41 @@ def traced_value_and_grads(fun, args, kwargs, argnums, has_aux):
     tracked values (as HessianTape does): the gradient comes out as tracked
     values whose own derivatives the outer transform takes.  Returns
     (value, tuple of per-argument gradients, aux or None)."""
-    outer = None
-    for a in (*args, *kwargs.values()):
-        for v in (pytree.flatten(a)[0] if pytree.is_container(a) else [a]):
-            if is_tracked(v) and v._id >= 0:
-                if outer is not None and v._tape is not outer:
-                    raise TapeMixError("a transform was called with tracked values of two tapes")
-                outer = v._tape
+    argnums = tuple(i % len(args) for i in argnums)
     inner = Tape()
     env_in = {}                      # inner input id -> outer value (tracked or plain)
-    diff_ids, layout = [], []
+    tapes = set()
+    per_arg = {}                     # argument number -> (layout entry, inner ids of its leaves)
 
-    def track(v, diff):
+    def track(v, ids):
+        if is_tracked(v) and v._id >= 0:
+            tapes.add(v._tape)
         t = inner.track(v.value if is_tracked(v) else v)
         env_in[t._id] = v
-        if diff:
-            diff_ids.append(t._id)
+        if ids is not None:
+            ids.append(t._id)
         return t
 
     iargs = list(args)
     for i, a in enumerate(args):
         diff = i in argnums
-        if pytree.is_container(a):
+        ids = [] if diff else None
+        if pytree.is_container(a) and (diff or _holds_tracked(a, 0)):
             leaves, td = pytree.flatten(a)
-            if diff or any(map(is_tracked, leaves)):
-                iargs[i] = pytree.unflatten(td, [track(v, diff) if (diff or is_tracked(v)) else v
-                                                 for v in leaves])
-            if diff:
-                layout.append((td, td.n_leaves))
-        elif diff:
-            iargs[i] = track(a, True)
-            layout.append(None)
-        elif is_tracked(a):
-            iargs[i] = track(a, False)
-    ikw = {k: (track(v, False) if is_tracked(v) else v) for k, v in kwargs.items()}
+            iargs[i] = pytree.unflatten(td, [track(v, ids) if (diff or is_tracked(v)) else v
+                                             for v in leaves])
+            entry = (td, td.n_leaves)
+        elif diff or is_tracked(a):
+            iargs[i] = track(a, ids)
+            entry = None
+        if diff:
+            per_arg[i] = (entry, ids)
+    ikw = {k: (track(v, None) if is_tracked(v) else v) for k, v in kwargs.items()}
+    if len(tapes) > 1:
+        raise TapeMixError("a transform was called with tracked values of two tapes")
+    outer = next(iter(tapes), None)
+    layout = [per_arg[i][0] for i in argnums]            # argnums order, as JAX returns them
+    diff_ids = [nid for i in argnums for nid in per_arg[i][1]]
     try:
         out = fun(*iargs, **ikw)
     except TapeMixError as e:
