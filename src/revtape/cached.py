@@ -112,14 +112,15 @@ class CachedTransform:
             key = self._key(x, args, kwargs)
         variants = self._cache.get(key)
         if variants:
-            for var in variants:            # changed only where the loop ends
+            for var in variants:            # lists are replaced whole, never changed
                 reason = var.check()
                 if reason is not None:
                     self._stats["stale"] += 1
                     if self.on_stale == "raise":
                         raise StaleTape(f"the cached tape of {self.__name__} is stale: {reason}; "
                                         "call again with on_stale='rerecord' or clear_cache()")
-                    variants.clear()
+                    with self._lock:
+                        self._cache[key] = []
                     break
                 try:
                     res = self._replay(var.program(), x, v)
@@ -162,19 +163,24 @@ class CachedTransform:
         return _jvp_with_value(ctape, x, v)
 
     def _record(self, key, x, v, args, kwargs):
+        # f runs outside the lock (it may call this transform itself); the
+        # cache is changed under it, by replacing an entry's list whole, so a
+        # thread iterating the old list never sees it change
+        ctape, guards = self._build(x, args, kwargs)
+        var = _Variant(ctape, guards.compiled_check())
         with self._lock:
-            variants = self._cache.setdefault(key, [])
+            variants = self._cache.get(key, [])
             if len(variants) >= MAX_VARIANTS:
-                if not self._warned:
-                    self._warned = True
-                    warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded "
-                                  "variants; revtape now records it on every call",
-                                  StaleTapeWarning, stacklevel=3)
-                variants.pop()
-            ctape, guards = self._build(x, args, kwargs)
-            var = _Variant(ctape, guards.compiled_check())
-            variants.insert(0, var)
+                warn, self._warned = not self._warned, True
+                variants = variants[:-1]            # the least recently recorded goes
+            else:
+                warn = False
+            self._cache[key] = [var] + variants
             self._stats["records"] += 1
+        if warn:
+            warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
+                          "(its branches keep changing); the oldest are dropped",
+                          StaleTapeWarning, stacklevel=3)
         return self._replay(ctape, x, v)
 
     def _build(self, x, args, kwargs):
