@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "1a8375479fb4aeb4"
+#define RT_OP_TABLE_HASH "de1b99efb744c874"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -90,6 +90,7 @@
     X(SIGN) \
     X(FLOOR) \
     X(CEIL) \
+    X(STOP_GRADIENT) \
     X(WHERE_VV) \
     X(WHERE_VS) \
     X(WHERE_SV) \
@@ -113,7 +114,8 @@
     X(CLIP) \
     X(AXPY) \
     X(SQDIFF) \
-    X(CSUM)
+    X(CSUM) \
+    X(PYCALL)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */
 #define RT_UNARY(X) \
@@ -146,7 +148,8 @@
     X(LOGICAL_NOT, ((double)(x == 0.0))) \
     X(SIGN, ((double)((x > 0) - (x < 0)))) \
     X(FLOOR, (floor(x))) \
-    X(CEIL, (ceil(x)))
+    X(CEIL, (ceil(x))) \
+    X(STOP_GRADIENT, (x))
 
 /* Differentiable binary ops: X(NAME, value in x y, d/dx, d/dy in x y f) */
 #define RT_BINARY(X) \

@@ -29,6 +29,12 @@ double ref_eight_schools_vg(const double *x, double *g)
     return lp;
 }
 
+void ref_eight_schools_batch(const double *X, int64_t k, double *values, double *G)
+{
+    for (int64_t r = 0; r < k; r++)
+        values[r] = ref_eight_schools_vg(X + 10 * r, G + 10 * r);
+}
+
 double ref_rosenbrock_vg(const double *x, double *g, int64_t n)
 {
     double s = 0.0;

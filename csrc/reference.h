@@ -15,6 +15,11 @@
 /* Non-centred eight schools, x = [mu, log_tau, eta_1..eta_8], g has 10 entries. */
 double ref_eight_schools_vg(const double *x, double *g);
 
+/* ref_eight_schools_vg at each of k rows of X (k x 10): values[k], G (k x 10).
+ * The speed reference of batched replay: the loop runs in C, no per-row call
+ * from Python. */
+void ref_eight_schools_batch(const double *X, int64_t k, double *values, double *G);
+
 /* sum_{i<n-1} 100*(x[i+1]-x[i]^2)^2 + (1-x[i])^2, x and g have n entries. */
 double ref_rosenbrock_vg(const double *x, double *g, int64_t n);
 

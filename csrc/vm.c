@@ -73,7 +73,7 @@
 enum {
     RT_N_CASES_ = 0 RT_UNARY(RT_COUNT1_) RT_UNARY_ND(RT_COUNT1_) RT_BINARY(RT_COUNT3_)
                   RT_BINARY_ND(RT_COUNT3_) RT_REDUCE(RT_COUNT1_) RT_GUARDS(RT_COUNT1_)
-                  + 3 /* WHERE_VV/VS/SV */ + 8 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM */
+                  + 3 /* WHERE_VV/VS/SV */ + 9 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM PYCALL */
 };
 typedef char rt_every_opcode_has_a_case_[((int)RT_N_CASES_ == (int)RT_NUM_OPS) ? 1 : -1];
 /* The reduction kernels are hand-written: exactly these seven. */
@@ -490,6 +490,13 @@ vm_next:
             rt_matmul(v + o, v + a, v + b, ints[c], ints[c + 1], ints[c + 2]);
             VM_NEXT;
         }
+        VM_CASE(PYCALL) {
+            /* The caller's Python computes out from the operands (re-run at
+             * every replay) and writes it into the arena itself. */
+            if (p->callback(p->callback_ctx, RT_CB_FORWARD, pc) != 0)
+                return RT_CALLBACK_FAILED;
+            VM_NEXT;
+        }
 
 #if !RT_COMPUTED_GOTO
         default:
@@ -615,8 +622,9 @@ vm_next:
         RT_UNARY_ND(REV_NONE1) RT_BINARY_ND(REV_NONE3) RT_GUARDS(REV_NONE_GUARD) \
         VM_CASE(REDUCE_ALL) VM_CASE(REDUCE_ANY) VM_NEXT;
 
-/* One reverse sweep over p; adj must be zeroed and seeded by the caller. */
-RT_HOT static void rt_run_reverse(const rt_program *p)
+/* One reverse sweep over p; adj must be zeroed and seeded by the caller.
+ * Returns RT_OK, or RT_CALLBACK_FAILED when a PYCALL's callback failed. */
+RT_HOT static int rt_run_reverse(const rt_program *p)
 {
     const int32_t *const code = p->code;
     const int32_t *const ints = p->ints;
@@ -631,7 +639,7 @@ RT_HOT static void rt_run_reverse(const rt_program *p)
 
 vm_next:
     if (pc-- <= 0)
-        return;
+        return RT_OK;
     w = code + pc * RT_WORDS;
     fl = (uint32_t)w[0] >> RT_FLAGS_SHIFT;
     if (fl == 0)
@@ -850,10 +858,20 @@ vm_next:
                           d + o, v + a, v + b, ints[c], ints[c + 1], ints[c + 2]);
             VM_NEXT;
         }
+        VM_CASE(PYCALL) {
+            /* An all-zero output adjoint contributes nothing (azmul, as every
+             * kernel here): the user's VJP is not called for it. */
+            for (i = 0; i < n; i++)
+                if (d[o + i] != 0.0)
+                    break;
+            if (i < n && p->callback(p->callback_ctx, RT_CB_REVERSE, pc) != 0)
+                return RT_CALLBACK_FAILED;
+            VM_NEXT;
+        }
 
 #if !RT_COMPUTED_GOTO
         default:
-            return;                         /* unreachable after rt_verify */
+            return RT_UNVERIFIED;           /* unreachable after rt_verify */
 #endif
         }
     }
@@ -956,7 +974,7 @@ static void rt_matmul_acc(double *out, const double *A, const double *B,
         }
 }
 
-static void rt_run_tangent(const rt_program *p)
+static int rt_run_tangent(const rt_program *p)
 {
     const int32_t *const code = p->code;
     const int32_t *const ints = p->ints;
@@ -972,7 +990,7 @@ static void rt_run_tangent(const rt_program *p)
 
 vm_next:
     if (++pc >= n_instr)
-        return;
+        return RT_OK;
     w = code + pc * RT_WORDS;
     fl = (uint32_t)w[0] >> RT_FLAGS_SHIFT;
     if (fl == 0)
@@ -1138,10 +1156,15 @@ vm_next:
                 rt_matmul_acc(t + o, v + a, t + b, M, K, N);
             VM_NEXT;
         }
+        VM_CASE(PYCALL) {
+            if (p->callback(p->callback_ctx, RT_CB_TANGENT, pc) != 0)
+                return RT_CALLBACK_FAILED;
+            VM_NEXT;
+        }
 
 #if !RT_COMPUTED_GOTO
         default:
-            return;                         /* unreachable after rt_verify */
+            return RT_UNVERIFIED;           /* unreachable after rt_verify */
 #endif
         }
     }
@@ -1344,6 +1367,30 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
         la = 1; lo = 1;
         break;
     }
+    case RT_OP_PYCALL: {
+        int64_t k;
+        if (p->callback == NULL)
+            return rt_vfail(vc, "the program calls back into Python but has no callback");
+        if (a < 0 || a >= p->n_callbacks)
+            return rt_vfail(vc, "callback slot %lld is outside [0, %lld)", (long long)a,
+                            (long long)p->n_callbacks);
+        if (b < 0)
+            return rt_vfail(vc, "negative operand count %lld", (long long)b);
+        if (!rt_vints(vc, "operand list", c, 3 * b))
+            return 0;
+        for (k = 0; k < b; k++) {
+            const int64_t off = p->ints[c + 3 * k], len = p->ints[c + 3 * k + 1];
+            const int32_t need = p->ints[c + 3 * k + 2];
+            if (need != 0 && need != 1)
+                return rt_vfail(vc, "operand %lld: needs-adjoint word %ld is not 0 or 1",
+                                (long long)k, (long)need);
+            if (!rt_vregion(vc, "a Python operand", off, len, 0))
+                return 0;
+            if (!rt_voverlap(vc, "a Python operand", o, n, off, len))
+                return 0;
+        }
+        break;
+    }
     case RT_OP_MATMUL: {
         int64_t M, K, N;
         if (!rt_vints(vc, "shape (M, K, N)", c, 3))
@@ -1532,9 +1579,11 @@ int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g)
     if (st == RT_OK) {
         rt_zero_adj(p);
         p->adj[p->out_off] = 1.0;
-        rt_run_reverse(p);
-        rt_copy_grad(p, g);
-        *value = p->vals[p->out_off];
+        st = rt_run_reverse(p);
+        if (st == RT_OK) {
+            rt_copy_grad(p, g);
+            *value = p->vals[p->out_off];
+        }
     }
     return rt_release(p, st);
 }
@@ -1553,8 +1602,9 @@ int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g
         rt_zero_adj(p);
         for (i = 0; i < p->out_len; i++)
             p->adj[p->out_off + i] = w[i];
-        rt_run_reverse(p);
-        rt_copy_grad(p, g);
+        st = rt_run_reverse(p);
+        if (st == RT_OK)
+            rt_copy_grad(p, g);
     }
     return rt_release(p, st);
 }
@@ -1573,7 +1623,8 @@ int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
         for (i = 0; i < p->out_len; i++) {
             rt_zero_adj(p);
             p->adj[p->out_off + i] = 1.0;
-            rt_run_reverse(p);
+            if ((st = rt_run_reverse(p)) != RT_OK)
+                break;
             if (p->n_grad > 0)              /* J may be NULL when it has no columns */
                 rt_copy_grad(p, J + i * p->n_grad);
         }
@@ -1606,8 +1657,8 @@ int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double
         st = rt_seed_tangent(p, xdot);
     if (st == RT_OK) {
         rt_copy_out(p, y);
-        rt_run_tangent(p);
-        if (p->out_len > 0)
+        st = rt_run_tangent(p);
+        if (st == RT_OK && p->out_len > 0)
             memcpy(ydot, p->adj + p->out_off, (size_t)p->out_len * sizeof(double));
     }
     return rt_release(p, st);
@@ -1627,10 +1678,127 @@ int rt_jacobian_fwd(rt_program *p, const double *x, double *y, double *J)
         for (j = 0; j < p->n_grad; j++) {
             rt_zero_adj(p);
             p->adj[j] = 1.0;
-            rt_run_tangent(p);
+            if ((st = rt_run_tangent(p)) != RT_OK)
+                break;
             for (i = 0; i < p->out_len; i++)
                 J[i * p->n_grad + j] = p->adj[p->out_off + i];
         }
     }
     return rt_release(p, st);
+}
+
+/* ------------------------------------------------------------------ batched replay
+ * One call for k points: the per-row work is exactly rt_value_and_grad's
+ * (copy the row in, forward, zero and seed the adjoints, reverse, copy out),
+ * so every row's results are bit-identical to a single replay at that row.
+ * Rows are copied in without the finiteness check: a batch of sampler
+ * proposals may hold nan/inf points, which give nan/inf results. */
+
+static int rt_batch_begin(rt_program *p, int64_t k, const double *X, int64_t *row, int missing)
+{
+    if (row != NULL)
+        *row = 0;
+    if (!rt_acquire(p))
+        return RT_BUSY;
+    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        return RT_UNVERIFIED;
+    if (missing || k < 0 || (k > 0 && X == NULL && p->n_in > 0))
+        return RT_BADARG;
+    return RT_OK;
+}
+
+int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *values,
+                            double *G, int64_t *row)
+{
+    int st;
+    int64_t r = 0;
+    if (p == NULL)
+        return RT_BADARG;
+    st = rt_batch_begin(p, k, X, row, p->out_len != 1 || (k > 0 && values == NULL)
+                        || (k > 0 && G == NULL && p->n_grad > 0));
+    if (st == RT_BUSY)
+        return st;
+    for (; st == RT_OK && r < k; r++) {
+        if (p->n_in > 0)
+            memcpy(p->vals, X + r * p->n_in, (size_t)p->n_in * sizeof(double));
+        if ((st = rt_run_forward(p)) != RT_OK)
+            break;
+        rt_zero_adj(p);
+        p->adj[p->out_off] = 1.0;
+        if ((st = rt_run_reverse(p)) != RT_OK)
+            break;
+        if (p->n_grad > 0)
+            memcpy(G + r * p->n_grad, p->adj, (size_t)p->n_grad * sizeof(double));
+        values[r] = p->vals[p->out_off];
+    }
+    if (row != NULL)
+        *row = r;
+    return rt_release(p, st);
+}
+
+int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64_t *row)
+{
+    int st;
+    int64_t r = 0;
+    if (p == NULL)
+        return RT_BADARG;
+    st = rt_batch_begin(p, k, X, row, k > 0 && Y == NULL && p->out_len > 0);
+    if (st == RT_BUSY)
+        return st;
+    for (; st == RT_OK && r < k; r++) {
+        if (p->n_in > 0)
+            memcpy(p->vals, X + r * p->n_in, (size_t)p->n_in * sizeof(double));
+        if ((st = rt_run_forward(p)) != RT_OK)
+            break;
+        if (p->out_len > 0)
+            memcpy(Y + r * p->out_len, p->vals + p->out_off, (size_t)p->out_len * sizeof(double));
+    }
+    if (row != NULL)
+        *row = r;
+    return rt_release(p, st);
+}
+
+int rt_batch_wide(rt_program *pw, int64_t B, int64_t n_in, int64_t n_grad, int64_t out_off,
+                  int32_t with_grad, int64_t k, const double *X, double *values, double *G,
+                  int64_t *row)
+{
+    int st;
+    int64_t r0 = 0, r, s, m;
+    if (pw == NULL)
+        return RT_BADARG;
+    /* the scalar layout must be the wide one's, lane for lane: then every
+     * index below lies inside regions the verifier checked */
+    st = rt_batch_begin(pw, k, X, row,
+                        B < 1 || n_in < 0 || n_grad < 0 || n_grad > n_in || out_off < 0
+                        || n_in > INT64_MAX / B || out_off > INT64_MAX / B
+                        || pw->n_in != n_in * B || pw->n_grad != n_grad * B
+                        || pw->out_off != out_off * B || pw->out_len != B
+                        || (k > 0 && values == NULL)
+                        || (with_grad && k > 0 && n_grad > 0 && G == NULL));
+    if (st == RT_BUSY)
+        return st;
+    for (; st == RT_OK && r0 < k; r0 += B) {
+        double *const v = pw->vals, *const d = pw->adj;
+        m = k - r0 < B ? k - r0 : B;
+        for (s = 0; s < n_in; s++)
+            for (r = 0; r < B; r++)
+                v[s * B + r] = X[(r0 + (r < m ? r : 0)) * n_in + s];
+        if ((st = rt_run_forward(pw)) != RT_OK)
+            break;
+        if (with_grad) {
+            rt_zero_adj(pw);
+            for (r = 0; r < B; r++)
+                d[out_off * B + r] = 1.0;
+            if ((st = rt_run_reverse(pw)) != RT_OK)
+                break;
+            for (r = 0; r < m; r++)
+                for (s = 0; s < n_grad; s++)
+                    G[(r0 + r) * n_grad + s] = d[s * B + r];
+        }
+        for (r = 0; r < m; r++)
+            values[r0 + r] = v[out_off * B + r];
+    }
+    if (row != NULL)
+        *row = r0 < k ? r0 : k;
+    return rt_release(pw, st);
 }

@@ -32,6 +32,13 @@
  *   GUARD_*       n = expected result (0 or 1), out = guard number (not an offset),
  *                 a, b: scalar operands.  Forward stops at the first guard whose
  *                 predicate differs from n.
+ *   PYCALL        out[n] = a user's Python function of b operands; a = its slot in
+ *                 the caller's callback table; ints[c + 3k .. c + 3k + 3) = (offset,
+ *                 length, needs-adjoint 0/1) of operand k.  Every sweep calls
+ *                 p->callback(p->callback_ctx, mode, pc) (mode RT_CB_FORWARD,
+ *                 RT_CB_REVERSE or RT_CB_TANGENT), which reads and writes the arenas
+ *                 itself; a non-zero return stops the sweep with RT_CALLBACK_FAILED.
+ *                 Flag 1: some operand needs an adjoint.
  */
 #ifndef REVTAPE_VM_H
 #define REVTAPE_VM_H
@@ -48,8 +55,15 @@ enum {
     RT_BUSY = 2,           /* another thread is replaying this program */
     RT_UNVERIFIED = 3,     /* rt_verify has not accepted this program */
     RT_BADARG = 4,         /* e.g. value_and_grad on a non-scalar output */
-    RT_NONFINITE = 5       /* an input value is nan or inf (nothing was run) */
+    RT_NONFINITE = 5,      /* an input value is nan or inf (nothing was run) */
+    RT_CALLBACK_FAILED = 6 /* a PYCALL callback returned non-zero (the caller holds the error) */
 };
+
+enum { RT_CB_FORWARD = 0, RT_CB_REVERSE = 1, RT_CB_TANGENT = 2 };
+
+/* A PYCALL callback: a plain C function pointer and an opaque context (the
+ * VM never looks inside it); returns 0 on success. */
+typedef int (*rt_callback)(void *ctx, int32_t mode, int64_t pc);
 
 typedef struct rt_program {
     const int32_t *code;  int64_t n_instr;
@@ -65,6 +79,9 @@ typedef struct rt_program {
                              own status is its return value, which no other
                              thread can overwrite) */
     int32_t failed_guard; /* guard number when status == RT_GUARD_FAILED */
+    rt_callback callback; /* PYCALL instructions call this (NULL: a program with */
+    void *callback_ctx;   /*   PYCALLs fails verification) */
+    int64_t n_callbacks;  /* PYCALL slots are 0 .. n_callbacks - 1 */
 } rt_program;
 
 /* Checks every opcode, offset, length and index map of p; sets p->verified.
@@ -93,6 +110,27 @@ int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double
 
 /* Forward at x, then n_grad tangent sweeps: J is out_len x n_grad, row-major. */
 int rt_jacobian_fwd(rt_program *p, const double *x, double *y, double *J);
+
+/* Batched replay: rows r = 0 .. k-1 of X (row r at X + r*n_in), each replayed
+ * exactly as rt_value_and_grad / rt_forward would (bit for bit), in one call.
+ * values[r] (rt_batch_value_and_grad: the scalar output) and G + r*n_grad;
+ * rt_batch_forward writes Y + r*out_len.  Rows are not checked for
+ * finiteness: nan and inf flow through as values.  Stops at the first row
+ * that fails (guard, callback): *row is that row (k when all succeeded). */
+int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *values,
+                            double *G, int64_t *row);
+int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64_t *row);
+
+/* Batched replay through a WIDE program (src/revtape/_wide.py): the scalar
+ * program with every slot widened to B lanes (slot s -> vals[s*B .. s*B+B))
+ * and every instruction n = B, built and verified by the caller, so that one
+ * dispatch replays B rows.  n_in, n_grad and out_off are the scalar
+ * program's (pw must have n_in*B, n_grad*B, out_off*B and out_len B).  Rows
+ * go in B at a time (a short last block repeats its first row in the unused
+ * lanes); with_grad = 0 runs the forward sweep only (G unused). */
+int rt_batch_wide(rt_program *pw, int64_t B, int64_t n_in, int64_t n_grad, int64_t out_off,
+                  int32_t with_grad, int64_t k, const double *X, double *values, double *G,
+                  int64_t *row);
 
 /* Hash of the op table this VM was generated from (see ops_generated.h). */
 const char *rt_op_table_hash(void);

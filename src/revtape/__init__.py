@@ -15,6 +15,7 @@ from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from .pytree import register_pytree_node
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
+from .primitives import defjvp, defvjp, primitive, stop_gradient
 
 __version__ = "0.1.0"
 
@@ -49,6 +50,7 @@ __all__ = [
     "jacobian", "hessian", "hvp", "compile", "CompiledTape", "grad", "value_and_grad",
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
-    "BuildMismatchError", "BranchChanged", "StaleTape", "jvp", "vjp", "register_pytree_node",
-    "LogDensity",
+    "BuildMismatchError", "BranchChanged", "StaleTape",
+    "primitive", "defvjp", "defjvp", "stop_gradient",
+    "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]

@@ -32,6 +32,10 @@ def _cdef_from_header(text):
 
 ffibuilder = FFI()
 ffibuilder.cdef("\n".join(_cdef_from_header((CSRC / h).read_text()) for h in HEADERS))
+# The one function the VM calls back into: cffi generates it (API mode) and it
+# re-acquires the GIL around the Python handler registered with
+# ffi.def_extern (primitives.py); the C code only ever sees a function pointer.
+ffibuilder.cdef('extern "Python" int rt_py_callback(void *ctx, int32_t mode, int64_t pc);')
 ffibuilder.set_source(
     "revtape._vm",
     "\n".join(f'#include "{h}"' for h in HEADERS),

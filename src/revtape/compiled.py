@@ -18,8 +18,8 @@ import threading
 import numpy as np
 
 from . import compiler, pytree
-from .errors import (BuildMismatchError, ConcurrentUseError, InputError, OutputError,
-                     RevtapeError, VerificationError)
+from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, InputError,
+                     OutputError, RevtapeError, VerificationError)
 from .tape import branch_changed, check_input, check_out
 
 try:
@@ -28,13 +28,18 @@ except ImportError as e:  # pragma: no cover - only without a built extension
     raise ImportError("revtape's C extension is not built; reinstall with "
                       "`pip install -e .` (it needs a C compiler)") from e
 
+from . import _wide
 from . import ops
+from . import primitives as _prim
+
+_prim._install_callback(ffi)
 
 if ffi.string(lib.rt_op_table_hash()).decode() != ops.OP_TABLE_HASH:  # pragma: no cover
     raise BuildMismatchError("the built C extension comes from another op table; rebuild it "
                              "with `pip install -e .`")
 
 RT_OK, RT_GUARD_FAILED, RT_BUSY, RT_UNVERIFIED, RT_BADARG, RT_NONFINITE = 0, 1, 2, 3, 4, 5
+RT_CALLBACK_FAILED = 6
 _F64 = np.dtype(np.float64)
 _ND = np.ndarray
 _empty = np.empty
@@ -86,12 +91,29 @@ class CompiledTape:
         p.n_vals = prog.n_vals
         p.n_in, p.n_grad, p.n_fixed = prog.n_in, prog.n_grad, prog.n_fixed
         p.out_off, p.out_len = prog.out_off, prog.out_len
+        # Python callbacks (custom primitives): this object's own table and
+        # workspace, so a deep copy or an unpickled copy never calls into
+        # another's arenas.  The handle points at the workspace, not at self
+        # (no reference cycle).
+        self._table = self._ws = self._ws_handle = None
+        if prog.callbacks:
+            p.callback = lib.rt_py_callback
+            p.n_callbacks = len(prog.callbacks)
+        self._workspaces = []        # batched replay: per-thread arenas, built on demand
+        self._wide = None            # batched replay of scalar code: the wide form (or False)
+        self._wide_arenas = []
         msg = ffi.new("char[]", 512)
         if lib.rt_verify(p, msg, 512) != RT_OK:
             raise VerificationError("the C verifier refused this program (it was not run): "
                                     + ffi.string(msg).decode(errors="replace"))
+        if prog.callbacks:           # decoded from the words the verifier accepted
+            self._table = _prim.CallbackTable(prog, self._code, self._ints)
+            self._ws = _prim.Workspace(self._table, self._vals, self._adj)
+            self._ws_handle = ffi.new_handle(self._ws)
+            p.callback_ctx = self._ws_handle
         self._p = p
         self._lock = threading.Lock()
+        self._batch_lock = threading.Lock()
         self._last_x = self._last_out = (None,)
         self._in_shapes = [shape for _, shape, _ in prog.inputs]
         self._in_float = [isf for _, _, isf in prog.inputs]
@@ -122,6 +144,14 @@ class CompiledTape:
     def __len__(self):
         return self._code.shape[0]
 
+    def stats(self):
+        """Counts of this program: tape instructions, instructions kept, program
+        instructions, and how many of them call back into Python (primitives)."""
+        out = dict(self._program.stats)
+        out.setdefault("callback_instructions", len(self._program.callbacks))
+        out["arena_values"] = self._program.n_vals
+        return out
+
     def disassemble(self):
         """The program as text, one instruction a line: @out[n] = OP(@a, @b, @c)."""
         prog = self._program
@@ -144,6 +174,12 @@ class CompiledTape:
                 name, ", ".join(f"@{v}" for v in (a, b, c)[:_arity(name)]))
             if name.startswith("REDUCE_"):
                 operands = f"@{a}, segment {b}"
+            if name == "PYCALL":
+                site = prog.callbacks[a]
+                args = self._ints[c:c + 3 * b].reshape(-1, 3).tolist() if b else []
+                operands = f"{site.prim._name}: " + ", ".join(f"@{off}[{size}]"
+                                                              for off, size, _ in args)
+                operands += "  ; calls back into Python"
             adj = f"  adj {flags:03b}" if flags else ""
             width = 1 if name == "CSUM" else n       # CSUM's n counts its terms
             lines.append(f"{k:5d}  @{out}[{width}] = {name}({operands}){adj}")
@@ -229,6 +265,9 @@ class CompiledTape:
         if status == RT_NONFINITE:
             raise InputError("replay input contains nan or inf; a tape replays finite inputs only "
                              "(check the point your sampler or optimizer proposed)")
+        if status == RT_CALLBACK_FAILED:
+            err = self._ws.take_error() if self._ws is not None else None
+            raise err or RevtapeError("a Python callback failed")
         if status == RT_BADARG:
             raise OutputError("a gradient needs a scalar output; use jacobian()")
         raise RevtapeError(f"the VM refused the call (status {status})")
@@ -387,6 +426,206 @@ class CompiledTape:
                 vals[off:off + int(np.prod(shape, dtype=np.int64))].reshape(shape).copy()
                 for off, shape in self._program.extras]
 
+    # ------------------------------------------------ batched replay
+    def batch_value_and_gradient(self, X, out=None, threads=None):
+        """Value and gradient at every row of X: ``(values[k], grads[(k,) + input
+        shape])`` for X of shape ``(k,) + input shape`` (a tuple of such stacks for
+        a tuple input; the gradients are then a tuple).  One C call per thread,
+        with the GIL released; ``threads=n`` splits the rows over n threads, each
+        replaying on its own arenas.  Every row's results are bit for bit those
+        of ``value_and_gradient`` at that row; nan/inf rows give nan/inf results."""
+        if self._kind == "hessian":
+            raise OutputError("batched replay of a HessianTape is not supported; batch the "
+                              "compiled GradientTape of the same function instead")
+        if self._program.out_shape != ():
+            raise OutputError("batch_value_and_gradient() needs a gradient tape (scalar "
+                              "output); use batch_forward() for other outputs")
+        Xf, k = self._batch_rows(X)
+        values = np.empty(k)
+        G, user = self._batch_grad_out(out, k)
+        g_len = self._g_len
+        if self._use_wide(k):
+            wide, prog = lib.rt_batch_wide, self._program
+            self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: wide(
+                p, _WIDE_B, prog.n_in, g_len, prog.out_off, 1, r1 - r0, xp,
+                ffi.from_buffer("double[]", values[r0:r1]),
+                ffi.from_buffer("double[]", G[r0:r1]) if g_len else ffi.NULL, row), wide=True)
+            return values, self._batch_split(G, user, k)
+        vg = lib.rt_batch_value_and_grad
+        self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: vg(
+            p, r1 - r0, xp, ffi.from_buffer("double[]", values[r0:r1]),
+            ffi.from_buffer("double[]", G[r0:r1]) if g_len else ffi.NULL, row))
+        return values, self._batch_split(G, user, k)
+
+    def batch_forward(self, X, threads=None):
+        """The output at every row of X (shape ``(k,) + input shape``):
+        ``values[k]`` for a scalar output, ``(k,) + output shape`` otherwise."""
+        if self._kind == "hessian":
+            raise OutputError("batched replay of a HessianTape is not supported; batch the "
+                              "compiled GradientTape of the same function instead")
+        prog = self._program
+        Xf, k = self._batch_rows(X)
+        Y = np.empty((k, prog.out_len))
+        if prog.out_len == 1 and self._use_wide(k):
+            wide = lib.rt_batch_wide
+            self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: wide(
+                p, _WIDE_B, prog.n_in, self._g_len, prog.out_off, 0, r1 - r0, xp,
+                ffi.from_buffer("double[]", Y[r0:r1]), ffi.NULL, row), wide=True)
+            return Y.reshape((k,) + tuple(prog.out_shape))
+        fwd = lib.rt_batch_forward
+        self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: fwd(
+            p, r1 - r0, xp, ffi.from_buffer("double[]", Y[r0:r1]) if prog.out_len else ffi.NULL,
+            row))
+        return Y.reshape((k,) + tuple(prog.out_shape))
+
+    def _batch_rows(self, X):
+        """X as a C-contiguous (k, n_in) float64 array, and k."""
+        shapes = self._in_shapes
+        if self._single:
+            parts = (X,)
+        else:
+            if not isinstance(X, (tuple, list)) or len(X) != len(shapes):
+                raise InputError(f"this tape has {len(shapes)} inputs: pass X as a tuple of "
+                                 f"{len(shapes)} stacked arrays, the i-th of shape (k,) + the "
+                                 "i-th input's shape")
+            parts = tuple(X)
+        arrs, k = [], None
+        for i, (xi, shape) in enumerate(zip(parts, shapes)):
+            if getattr(xi, "_is_tracked", False):
+                raise InputError("replay inputs are plain floats or arrays, not tracked values")
+            try:
+                a = np.asarray(xi)
+            except Exception as e:
+                raise InputError(f"batch input could not be read as an array: {e}") from None
+            which = "" if self._single else f" {i}"
+            if a.dtype.kind not in "biuf":
+                raise InputError(f"batch input{which} must be real numbers, got dtype {a.dtype}")
+            if a.ndim < 1 or a.shape[1:] != tuple(shape):
+                raise InputError(f"batch input{which} has shape {a.shape}; it must be (k,) + "
+                                 f"{tuple(shape)}: one row per point, each shaped like the "
+                                 "recording input")
+            if k is not None and a.shape[0] != k:
+                raise InputError(f"batch inputs have {k} and {a.shape[0]} rows; every input "
+                                 "needs the same number of rows")
+            k = a.shape[0]
+            arrs.append(a.reshape(k, int(np.prod(shape, dtype=np.int64))))
+        Xf = arrs[0] if len(arrs) == 1 else np.concatenate(arrs, axis=1)
+        return np.ascontiguousarray(Xf, dtype=np.float64), k
+
+    def _batch_grad_out(self, out, k):
+        if out is None:
+            return np.empty((k, self._g_len)), None
+        if self._single and len(self._grad_shapes) == 1:
+            shape = (k,) + tuple(self._grad_shapes[0])
+            if (type(out) is not np.ndarray or out.dtype != _F64 or out.shape != shape
+                    or not out.flags.writeable or not out.flags.c_contiguous):
+                raise InputError(f"out= must be a writeable C-contiguous float64 array of shape "
+                                 f"{shape}")
+            return out.reshape(k, self._g_len), out
+        shapes = [(k,) + tuple(s) for s in self._grad_shapes]
+        if not isinstance(out, (tuple, list)) or len(out) != len(shapes):
+            raise InputError(f"out= must be a tuple of {len(shapes)} arrays shaped {shapes}")
+        for o, shp in zip(out, shapes):
+            if (type(o) is not np.ndarray or o.dtype != _F64 or o.shape != shp
+                    or not o.flags.writeable):
+                raise InputError(f"out= must be a tuple of writeable float64 arrays shaped {shapes}")
+        return np.empty((k, self._g_len)), out
+
+    def _batch_split(self, G, user, k):
+        if user is not None and not isinstance(user, (tuple, list)):
+            return user
+        parts, a = [], 0
+        for shape in self._grad_shapes:
+            size = int(np.prod(shape, dtype=np.int64))
+            parts.append(G[:, a:a + size].reshape((k,) + tuple(shape)))
+            a += size
+        if user is not None:
+            for o, p_ in zip(user, parts):
+                o[...] = p_
+            return user
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    def _use_wide(self, k):
+        """Whether to replay k rows through this program's wide form (scalar code)."""
+        if k < _WIDE_MIN_ROWS:
+            return False
+        if self._wide is None:
+            form = _wide.scalar_form(self._code, self._ints, self._program.n_vals)
+            # a long scalar program would need 64 copies of a large arena: the
+            # row loop then (its dispatch cost is small next to such a program's work)
+            self._wide = False if form is None or form[1] * _WIDE_B > _WIDE_MAX_VALUES else form
+        return self._wide is not False
+
+    def _batch_run(self, Xf, k, threads, call, wide=False):
+        """Run call(program, first row, end row, X pointer, row cell) over the rows,
+        split over `threads` threads; raises the first row's error."""
+        if threads is None:
+            threads = 1
+        if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+            raise InputError(f"threads= must be a positive integer (or None), got {threads!r}")
+        n = max(1, min(int(threads), k))
+        if not self._batch_lock.acquire(blocking=False):
+            self._status(RT_BUSY)
+        try:
+            bounds = [k * j // n for j in range(n + 1)]
+            n_in = self._program.n_in
+            xp = ffi.from_buffer("double[]", Xf)
+            # the calling thread takes the last rows, on this tape's own arena,
+            # so that afterwards rt.value(tape.output) reports row k - 1
+            if wide:
+                arenas = [self._wide_arena(j) for j in range(n)]
+            else:
+                arenas = [self._batch_arena(j) for j in range(n - 1)] + [None]
+            rows = [ffi.new("int64_t *") for _ in range(n)]
+
+            def chunk(j):
+                p = self._p if arenas[j] is None else arenas[j].p
+                r0, r1 = bounds[j], bounds[j + 1]
+                return call(p, r0, r1, xp + r0 * n_in, rows[j])
+
+            pool = _executor(n - 1) if n > 1 else None
+            futures = [pool.submit(chunk, j) for j in range(n - 1)]
+            statuses = []
+            try:
+                statuses_last = chunk(n - 1)
+            finally:
+                statuses = [f.result() for f in futures]
+            statuses.append(statuses_last)
+        finally:
+            self._batch_lock.release()
+        for j, st in enumerate(statuses):
+            if st != RT_OK:
+                self._batch_error(st, arenas[j], bounds[j] + rows[j][0])
+        if k and self._tape is not None and not wide:
+            self._tape._replayed_by = self
+
+    def _batch_arena(self, j):
+        """The j-th extra pair of arenas for batched replay (built on first use)."""
+        while len(self._workspaces) <= j:
+            self._workspaces.append(_BatchArena(self))
+        return self._workspaces[j]
+
+    def _wide_arena(self, j):
+        while len(self._wide_arenas) <= j:
+            self._wide_arenas.append(_WideArena(self, self._wide, _WIDE_B))
+        return self._wide_arenas[j]
+
+    def _batch_error(self, st, arena, row):
+        if arena is None:
+            vals, p, ws = self._vals, self._p, self._ws
+        else:       # a wide arena has no callbacks and no guards (see _wide.py)
+            vals, p, ws = arena.vals, arena.p, getattr(arena, "ws", None)
+        if st == RT_GUARD_FAILED:
+            params, oa, ob = self._program.guards[p.failed_guard]
+            e = branch_changed(params, float(vals[oa]), float(vals[ob]))
+            err = BranchChanged(f"batch row {row}: {e}", guard=e.guard, where=e.where,
+                                operands=e.operands)
+            err.row = row
+            raise err
+        if st == RT_CALLBACK_FAILED and ws is not None:
+            raise ws.take_error() or RevtapeError("a Python callback failed")
+        self._status(st)
+
     def bind(self, x_buf, g_buf):
         """A no-argument callable for sampler loops: replays at whatever x_buf holds,
         writes the gradient into g_buf and returns the value.  Both buffers are
@@ -478,6 +717,15 @@ class CompiledTape:
         return float(ydot[0]) if shape == () else ydot.reshape(shape)
 
     def _jvp_flat(self, x, v):
+        vflat = self._tangent_vector(v)
+        ydot = np.empty(self._program.out_len)
+        self._status(lib.rt_jvp(self._p, self._x_ptr(x), ffi.from_buffer("double[]", vflat),
+                                ffi.NULL, ffi.from_buffer("double[]", ydot)))
+        self._mark_replayed()
+        return ydot
+
+    def _tangent_vector(self, v):
+        """v, shaped like the differentiated input(s), as one flat float64 vector."""
         # the C side refuses a non-finite tangent, as it does x
         if self._treedef is not None:
             v = self._tree_leaves(v, "tangent v")
@@ -492,11 +740,7 @@ class CompiledTape:
                                  "per differentiated input")
             vflat = np.concatenate([np.ravel(check_input(vi, s, isf)) for vi, s, isf in
                                     zip(v, self._grad_shapes, self._in_float)] + [np.empty(0)])
-        ydot = np.empty(self._program.out_len)
-        self._status(lib.rt_jvp(self._p, self._x_ptr(x), ffi.from_buffer("double[]", vflat),
-                                ffi.NULL, ffi.from_buffer("double[]", ydot)))
-        self._mark_replayed()
-        return ydot
+        return vflat
 
     # ------------------------------------------------ HessianTape programs
     def _hessian_value_and_gradient(self, x, out):
@@ -533,20 +777,40 @@ class CompiledTape:
         """The Hessian at x (input.shape * 2): one tangent sweep of the gradient
         program per input element, in C."""
         h = self._hessian_program()
+        # H is symmetric: reverse sweeps of the gradient program (one per row)
+        # give it too, for primitives that have a VJP but no JVP
+        sweeps = lib.rt_jacobian_fwd if h._tangents_defined() else lib.rt_jacobian
         if h._parts is not None:
             flat = h._parts.flatten(x)
-            return h._parts.blocks(h._jacobian(flat, None, flat.shape, lib.rt_jacobian_fwd), out)
-        return h._jacobian(x, out, h._grad_shapes[0], lib.rt_jacobian_fwd)
+            return h._parts.blocks(h._jacobian(flat, None, flat.shape, sweeps), out)
+        return h._jacobian(x, out, h._grad_shapes[0], sweeps)
 
     def hvp(self, x, v):
         """H(x) v: one forward and one tangent sweep of the gradient program."""
         h = self._hessian_program()
+        flat = h._jvp_flat if h._tangents_defined() else h._vjp_flat
         if h._parts is not None:
-            hv = h._jvp_flat(h._parts.flatten(x), h._parts.flatten(v))
+            hv = flat(h._parts.flatten(x), h._parts.flatten(v))
             return h._parts.split_result(hv, None)
-        hv = h._jvp_flat(x, v)
+        hv = flat(x, v)
         shape = h._grad_shapes[0]
         return float(hv[0]) if h._in_float[0] else hv.reshape(shape)
+
+    def _tangents_defined(self):
+        """Whether every Python callback on a tangent's path has a JVP rule."""
+        table = self._table
+        return table is None or all(
+            site.has_jvp([need for _, _, need in operands])
+            for site, _, _, _, operands in table.by_pc.values())
+
+    def _vjp_flat(self, x, w):
+        """v^T J at x with v shaped like the differentiated input (J square)."""
+        wv = self._tangent_vector(w)
+        g = np.empty(self._g_len)
+        self._status(lib.rt_vjp(self._p, self._x_ptr(x), ffi.from_buffer("double[]", wv),
+                                ffi.NULL, ffi.from_buffer("double[]", g)))
+        self._mark_replayed()
+        return g
 
     def _hessian_program(self):
         """This program if it is a HessianTape's; else the compiled gradient tape of
@@ -576,6 +840,84 @@ class CompiledTape:
     def __reduce__(self):
         return (_rebuild, (self._program.to_state(), self._tape, self._guards,
                            self._n_grad_inputs))
+
+
+class _BatchArena:
+    """Arenas of one extra batch thread: its own values and adjoints (constants
+    copied in) and its own rt_program over the shared, read-only words."""
+
+    def __init__(self, ct):
+        prog = ct._program
+        self.vals = ct._vals.copy()
+        self.adj = np.zeros_like(ct._adj)
+        self.ws = self.handle = None
+        p = ffi.new("rt_program *")
+        self._keep = [ffi.from_buffer("double[]", self.vals), ffi.from_buffer("double[]", self.adj)]
+        p.code, p.ints = ct._keep[0], ct._keep[1]
+        p.vals, p.adj = self._keep
+        for f in ("n_instr", "n_ints", "n_vals", "n_in", "n_grad", "n_fixed", "out_off",
+                  "out_len", "n_callbacks", "callback"):
+            setattr(p, f, getattr(ct._p, f))
+        if ct._table is not None:
+            self.ws = _prim.Workspace(ct._table, self.vals, self.adj)
+            self.handle = ffi.new_handle(self.ws)
+            p.callback_ctx = self.handle
+        msg = ffi.new("char[]", 512)
+        if lib.rt_verify(p, msg, 512) != RT_OK:  # pragma: no cover - the same words passed
+            raise VerificationError(ffi.string(msg).decode(errors="replace"))
+        self.p = p
+
+
+_WIDE_B = 64          # rows per dispatch of a wide program
+_WIDE_MIN_ROWS = 16   # fewer rows: the row loop (a wide block would be mostly padding)
+_WIDE_MAX_VALUES = 1 << 21   # per arena (16 MB): larger programs take the row loop
+
+
+class _WideArena:
+    """A wide program (see _wide.py) and its arenas, for one batch thread."""
+
+    def __init__(self, ct, form, B):
+        prog = ct._program
+        form, n_slots = form
+        if not ct._wide_arenas:
+            code = np.array(_wide.widen(form, B), dtype=np.int32).reshape(-1, compiler.WORDS)
+            code.setflags(write=False)
+        else:
+            code = ct._wide_arenas[0].code             # the words are shared, read-only
+        self.code = code
+        self.ints = np.zeros(1, dtype=np.int32)
+        self.vals = np.zeros(max(n_slots * B, 1))
+        self.vals[:prog.n_fixed * B] = np.repeat(ct._vals[:prog.n_fixed], B)   # constants
+        self.adj = np.zeros_like(self.vals)
+        p = ffi.new("rt_program *")
+        self._keep = [ffi.from_buffer("int32_t[]", code), ffi.from_buffer("int32_t[]", self.ints),
+                      ffi.from_buffer("double[]", self.vals), ffi.from_buffer("double[]", self.adj)]
+        p.code, p.ints, p.vals, p.adj = self._keep
+        p.n_instr, p.n_ints, p.n_vals = code.shape[0], 0, n_slots * B
+        p.n_in, p.n_grad, p.n_fixed = prog.n_in * B, prog.n_grad * B, prog.n_fixed * B
+        p.out_off, p.out_len = prog.out_off * B, B
+        msg = ffi.new("char[]", 512)
+        if lib.rt_verify(p, msg, 512) != RT_OK:
+            raise VerificationError("the C verifier refused a wide program (it was not run): "
+                                    + ffi.string(msg).decode(errors="replace"))
+        self.p = p
+
+
+_pool = [None, 0]
+_pool_lock = threading.Lock()
+
+
+def _executor(n):
+    """A shared pool of at least n worker threads for batched replay."""
+    from concurrent.futures import ThreadPoolExecutor
+    with _pool_lock:
+        if _pool[1] < n:
+            # a smaller pool is dropped, not shut down: a batch that already
+            # holds it can still submit, and its idle workers exit once it is
+            # garbage (ThreadPoolExecutor's weak reference)
+            _pool[0], _pool[1] = ThreadPoolExecutor(max_workers=n,
+                                                    thread_name_prefix="revtape-batch"), n
+        return _pool[0]
 
 
 def _rebuild(state, tape, guards, n_grad):

@@ -54,6 +54,9 @@ class Program:
     format_version: int = FORMAT_VERSION
     op_table_hash: str = ops.OP_TABLE_HASH
     stats: dict = field(default_factory=dict)
+    # PYCALL slot -> primitives.CallSite (the primitive, by qualified name when
+    # pickled, and its static arguments): the callback table of this program
+    callbacks: list = field(default_factory=list)
 
     @property
     def out_len(self):
@@ -96,6 +99,7 @@ class _Lowering:
         self.offset = {}        # node id -> arena offset (consts are offset into the const list first)
         self.adj = set()        # node ids that carry an adjoint
         self.guard_list = []
+        self.callbacks = []
         self._use_counts = None
 
     # ------------------------------------------------ analysis
@@ -391,6 +395,8 @@ class _Lowering:
                 idx = np.asarray(params["idx"]).ravel()
                 self.emit("SCATTER_ADD", idx.size, o, self.broadcast(g, np.shape(params["idx"])),
                           n, self._ints(idx), flags=flag[0])
+            elif fam == ops.PYCALL:
+                self._lower_pycall(o, n, args, params, flag)
             elif op.name == "concat":
                 pieces = ops.concat_pieces([_shp(self.vals[a]) for a in args], params["axis"])
                 for a, pos, f in zip(args, pieces, flag):
@@ -446,6 +452,16 @@ class _Lowering:
         self.emit("MATMUL", m * nn, o, self.offset[a], self.offset[b], self._ints([m, k, nn]),
                   flags=flag[0] | (flag[1] << 1))
 
+    def _lower_pycall(self, o, n, args, params, flag):
+        # operands are read where they live (aliases included); the callback
+        # adds the operands' adjoints in place, as every other kernel does
+        entries = []
+        for a, f in zip(args, flag):
+            entries += [self.offset[a], _size(_shp(self.vals[a])), int(f)]
+        slot = len(self.callbacks)
+        self.callbacks.append(params["site"])
+        self.emit("PYCALL", n, o, slot, len(args), self._ints(entries), flags=int(any(flag)))
+
     def _lower_guard(self, args, params):
         a, b = args
         number = len(self.guard_list)
@@ -472,7 +488,9 @@ class _Lowering:
             extras=[(self.offset[i], tuple(_shp(self.vals[i])))
                     for i in getattr(tape, "_extra_ids", ())],
             stats={"tape_instructions": len(tape._instrs), "kept": len(self.kept),
-                   "program_instructions": len(self.words)})
+                   "program_instructions": len(self.words),
+                   "callback_instructions": len(self.callbacks)},
+            callbacks=list(self.callbacks))
 
 
 def compile_tape(tape, guards=True, n_grad=None):

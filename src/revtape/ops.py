@@ -34,6 +34,7 @@ from .errors import UnsupportedError
 UNARY, BINARY, UNARY_ND, BINARY_ND = "unary", "binary", "unary_nd", "binary_nd"
 WHERE, CLIP, REDUCE, MATMUL, GUARD = "where", "clip", "reduce", "matmul", "guard"
 STRUCT = "struct"  # reshape/take/item/scatter_add/concat: lowered to aliases, gathers, scatters
+PYCALL = "pycall"  # a user's @rt.primitive: the VM calls back into Python (primitives.py)
 
 
 @dataclass(eq=False)
@@ -278,6 +279,10 @@ _def("logical_not", UNARY_ND, _mask(np.logical_not), c_fwd="(double)(x == 0.0)",
 _def("sign", UNARY_ND, _quiet(np.sign), c_fwd="(double)((x > 0) - (x < 0))", diff=False)
 _def("floor", UNARY_ND, _quiet(np.floor), c_fwd="floor(x)", diff=False)
 _def("ceil", UNARY_ND, _quiet(np.ceil), c_fwd="ceil(x)", diff=False)
+# rt.stop_gradient (JAX): the value passes through, no derivative flows back
+# (diff=False: no adjoint, no tangent, nothing in a traced reverse pass).
+_def("stop_gradient", UNARY_ND, lambda x: np.array(x, dtype=np.float64)[()], c_fwd="x",
+     diff=False)
 
 # ---------------------------------------------------------------- select and clip
 
@@ -430,6 +435,24 @@ def _concat_vjp(i, g, ans, *xs, axis):
 _def("concat", STRUCT, lambda *xs, axis: np.concatenate([np.asarray(x) for x in xs], axis=axis),
      vjp=_concat_vjp)
 
+# ---------------------------------------------------------------- Python callbacks
+# One instruction per call of an @rt.primitive on tracked values.  params
+# {"site": primitives.CallSite} holds the primitive, its static arguments and
+# which positions the tracked operands fill; forward and VJP are the user's
+# Python, re-run at every replay (never values kept from the recording).
+
+
+def _pycall_fwd(*vals, site):
+    return site.forward(vals)
+
+
+def _pycall_vjp(i, g, ans, *vals, site):
+    return site.vjp(i, g, ans, vals)
+
+
+_def("pycall", PYCALL, _pycall_fwd, vjp=_pycall_vjp,
+     doc="a call of a user's @rt.primitive; the VM calls back into Python")
+
 # ---------------------------------------------------------------- guards
 # A guard records the outcome of a comparison that Python branched on.  It has
 # no output; replays re-evaluate the exact predicate and stop when it differs.
@@ -472,7 +495,8 @@ BINARY_VARIANTS = ("VV", "VS", "SV")
 # residual of every Gaussian log density and least-squares loss), and CSUM,
 # a run of scalar `s = s + t` / `s = s - t` as one instruction (CppAD's
 # cumulative sum: how scalar code adds up its terms).
-VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF", "CSUM")
+VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF", "CSUM",
+             "PYCALL")
 
 
 def _vm_opcodes():

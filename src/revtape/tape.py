@@ -256,6 +256,13 @@ class Tape:
             lines.append(f"  %{out} = {op.name}({a}{extra})" + (f"  # {shape}" if shape else ""))
         return lines
 
+    def stats(self):
+        """Instruction counts: all, guards, and calls of custom primitives (each
+        calls back into Python at every replay)."""
+        pycalls = sum(1 for op, *_ in self._instrs if op.family == ops.PYCALL)
+        return {"tape_instructions": len(self._instrs), "guards": self._n_guards,
+                "callback_instructions": pycalls}
+
     def __repr__(self):
         state = "recording" if self._recording else "finished"
         head = (f"<{type(self).__name__} {state}: {len(self._instrs)} instructions, "

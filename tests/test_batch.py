@@ -1,0 +1,266 @@
+"""Batched replay: ctape.batch_value_and_gradient(X, out=None, threads=None) and
+ctape.batch_forward(X) give, row for row, bit for bit what single replays give,
+with and without threads."""
+
+import copy
+
+import numpy as np
+import pytest
+
+import revtape as rt
+from revtape import workloads as W
+
+import _primitive_helpers as H
+
+
+def _rows(ctape, X):
+    vals, grads = zip(*(ctape.value_and_gradient(x) for x in X))
+    return np.array(vals), np.array(grads)
+
+
+def _bits(a):
+    """The bytes of a float array: equal bytes are equal bits (-0.0 != 0.0, nan == nan)."""
+    return np.ascontiguousarray(a, dtype=np.float64).tobytes()
+
+
+@pytest.fixture(scope="module")
+def eight():
+    wl = W.eight_schools()
+    return wl, rt.compile(rt.GradientTape(wl.f, wl.x0))
+
+
+@pytest.mark.parametrize("threads", [None, 1, 2, 3, 7])
+def test_eight_schools_rows_are_bit_identical_to_single_replays(eight, threads):
+    wl, ctape = eight
+    X = np.random.default_rng(1).normal(size=(101, 10))
+    v_rows, g_rows = _rows(ctape, X)
+    v, g = ctape.batch_value_and_gradient(X, threads=threads)
+    assert v.shape == (101,) and g.shape == (101, 10)
+    assert np.array_equal(v, v_rows) and np.array_equal(g, g_rows)
+    assert np.array_equal(ctape.batch_forward(X, threads=threads), v_rows)
+    for x, vi, gi in zip(X[:5], v, g):                    # and they are right
+        ve, ge = wl.numpy_vg(x)
+        assert np.isclose(vi, ve, rtol=1e-12) and np.allclose(gi, ge, rtol=1e-12)
+
+
+def test_out_is_written_and_returned(eight):
+    _, ctape = eight
+    X = np.random.default_rng(2).normal(size=(9, 10))
+    out = np.empty((9, 10))
+    v, g = ctape.batch_value_and_gradient(X, out=out, threads=2)
+    assert g is out and np.array_equal(out, _rows(ctape, X)[1])
+    for bad in (np.empty((9, 11)), np.empty((9, 10), dtype=np.float32), np.empty((10, 9)).T):
+        with pytest.raises(rt.InputError, match="out="):
+            ctape.batch_value_and_gradient(X, out=bad)
+
+
+def test_after_a_batch_the_tape_reports_the_last_row(eight):
+    _, ctape = eight
+    X = np.random.default_rng(3).normal(size=(6, 10))
+    v, _ = ctape.batch_value_and_gradient(X, threads=2)
+    assert rt.value(ctape.tape.output) == v[-1]
+    assert np.array_equal(rt.value(ctape.tape.inputs[0]), X[-1])
+
+
+def test_tuple_inputs_take_a_tuple_of_stacks():
+    f = lambda a, b, c: np.sum(np.sin(a) * b) + c * np.sum(b ** 2)
+    x0 = (np.ones(3), np.ones((2, 3)), 0.5)
+    ctape = rt.compile(rt.GradientTape(f, x0))
+    rng = np.random.default_rng(4)
+    A, B, C = rng.normal(size=(7, 3)), rng.normal(size=(7, 2, 3)), rng.normal(size=7)
+    for threads in (None, 2):
+        v, (ga, gb, gc) = ctape.batch_value_and_gradient((A, B, C), threads=threads)
+        assert ga.shape == (7, 3) and gb.shape == (7, 2, 3) and gc.shape == (7,)
+        for r in range(7):
+            vr, (gar, gbr, gcr) = ctape.value_and_gradient((A[r], B[r], float(C[r])))
+            assert vr == v[r] and np.array_equal(gar, ga[r]) and np.array_equal(gbr, gb[r])
+            assert gcr == gc[r]
+    outs = (np.empty((7, 3)), np.empty((7, 2, 3)), np.empty(7))
+    res = ctape.batch_value_and_gradient((A, B, C), out=outs)[1]
+    assert res is outs and np.array_equal(outs[1], gb)
+    with pytest.raises(rt.InputError, match="tuple of 3 stacked arrays"):
+        ctape.batch_value_and_gradient(A)
+    with pytest.raises(rt.InputError, match="same number of rows"):
+        ctape.batch_value_and_gradient((A, B[:6], C))
+
+
+def test_float_input_and_array_outputs():
+    ctape = rt.compile(rt.GradientTape(lambda t: t ** 3 - np.sin(t), 0.5))
+    T = np.linspace(-2, 2, 9)
+    v, g = ctape.batch_value_and_gradient(T, threads=2)
+    assert g.shape == (9,)
+    assert np.array_equal(v, [ctape.value_and_gradient(t)[0] for t in T])
+    assert np.array_equal(g, [ctape.value_and_gradient(t)[1] for t in T])
+    jt = rt.compile(rt.JacobianTape(lambda x: np.stack([np.sum(x), np.prod(x)]), np.ones(3)))
+    X = np.random.default_rng(5).normal(size=(5, 3))
+    Y = jt.batch_forward(X, threads=2)
+    assert Y.shape == (5, 2) and np.array_equal(Y, np.array([jt.forward(x) for x in X]))
+    with pytest.raises(rt.OutputError, match="batch_forward"):
+        jt.batch_value_and_gradient(X)
+
+
+def test_nan_rows_give_nan_results(eight):
+    _, ctape = eight
+    X = np.random.default_rng(6).normal(size=(8, 10))
+    X[3, 4] = np.nan
+    X[5, 0] = np.inf
+    v, g = ctape.batch_value_and_gradient(X, threads=2)
+    assert np.isnan(v[3]) and np.isnan(g[3, 4])
+    assert not np.isfinite(v[5])
+    finite = [0, 1, 2, 4, 6, 7]
+    v_rows, g_rows = _rows(ctape, X[finite])
+    assert np.array_equal(v[finite], v_rows) and np.array_equal(g[finite], g_rows)
+
+
+def test_bad_input_is_refused_clearly(eight):
+    _, ctape = eight
+    for X, msg in ((np.ones((4, 9)), r"\(k,\) \+ \(10,\)"), (np.ones(10), r"\(k,\) \+ \(10,\)"),
+                   (np.array([["a"] * 10]), "real numbers")):
+        with pytest.raises(rt.InputError, match=msg):
+            ctape.batch_value_and_gradient(X)
+    for threads in (0, -1, 1.5, True):
+        with pytest.raises(rt.InputError, match="threads="):
+            ctape.batch_value_and_gradient(np.ones((2, 10)), threads=threads)
+    v, g = ctape.batch_value_and_gradient(np.empty((0, 10)))
+    assert v.shape == (0,) and g.shape == (0, 10)
+    X = np.arange(20.0).reshape(2, 10).astype(np.int64)      # ints are converted
+    assert np.array_equal(ctape.batch_forward(X), ctape.batch_forward(X.astype(float)))
+
+
+def test_a_branch_change_names_the_row():
+    def f(x):
+        return np.sum(x ** 2) if x[0] > 0 else -np.sum(x)
+
+    ctape = rt.compile(rt.GradientTape(f, np.ones(2)))
+    X = np.ones((6, 2))
+    X[4, 0] = -1.0
+    with pytest.raises(rt.BranchChanged, match="batch row 4") as info:
+        ctape.batch_value_and_gradient(X, threads=2)
+    assert info.value.row == 4
+    assert np.array_equal(ctape.batch_forward(np.ones((3, 2))), [2.0, 2.0, 2.0])
+
+
+def test_batches_through_python_callbacks_are_bit_identical(eight):
+    ctape = rt.compile(rt.GradientTape(H.model, np.array([0.1, 0.2, 0.3])))
+    X = np.random.default_rng(7).normal(size=(40, 3))
+    v_rows, g_rows = _rows(ctape, X)
+    for threads in (1, 2, 4):
+        v, g = ctape.batch_value_and_gradient(X, threads=threads)
+        assert np.array_equal(v, v_rows) and np.array_equal(g, g_rows)
+
+
+def test_copies_have_their_own_batch_arenas(eight):
+    _, ctape = eight
+    X = np.random.default_rng(8).normal(size=(12, 10))
+    expected = ctape.batch_value_and_gradient(X, threads=3)
+    dup = copy.deepcopy(ctape)
+    got = dup.batch_value_and_gradient(X, threads=3)
+    assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+    assert all(a.p != b.p for a in dup._workspaces for b in ctape._workspaces)
+
+
+def test_a_callback_error_in_a_worker_thread_propagates_as_itself():
+    class Refused(Exception):
+        pass
+
+    @rt.primitive
+    def careful(x):
+        if x[0] > 100:
+            raise Refused(f"refused {x[0]}")
+        return np.sum(x)
+
+    rt.defvjp(careful, lambda ans, x: lambda g: g * np.ones_like(x))
+    ctape = rt.compile(rt.GradientTape(lambda x: careful(x) * 2.0, np.ones(2)))
+    X = np.ones((10, 2))
+    X[1, 0] = 200.0                      # in the first chunk: a worker thread's
+    with pytest.raises(Refused, match="refused 200"):
+        ctape.batch_value_and_gradient(X, threads=2)
+    X[1, 0] = 1.0
+    v, g = ctape.batch_value_and_gradient(X, threads=2)
+    assert np.array_equal(v, np.full(10, 4.0)) and np.array_equal(g, np.full((10, 2), 2.0))
+
+
+def test_hessian_tapes_are_refused_with_advice():
+    ch = rt.compile(rt.HessianTape(lambda x: np.sum(x ** 3), np.ones(2)))
+    for call in (ch.batch_value_and_gradient, ch.batch_forward):
+        with pytest.raises(rt.OutputError, match="GradientTape"):
+            call(np.ones((3, 2)))
+
+
+@pytest.mark.parametrize("name,params,wide", [
+    ("eight-schools", {}, True),                    # scalar code: AXPY, CSUM, SQUARE, DIV
+    ("rosenbrock-loop", {"n": 30}, True),           # SQDIFF, AXPY, CSUM
+    ("logreg", {"N": 50, "D": 4}, False),           # array instructions: the row loop
+    ("chain", {"L": 50}, True),
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_wide_and_row_paths_give_the_bits_of_single_replays(name, params, wide, threads):
+    wl = W.ALL[name](**params)
+    ctape = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    rng = np.random.default_rng(9)
+    for k in (3, 16, 64, 131):                       # below, at and past the wide minimum
+        X = wl.x0 + 0.3 * rng.normal(size=(k,) + wl.x0.shape)
+        v_rows, g_rows = _rows(ctape, X)
+        v, g = ctape.batch_value_and_gradient(X, threads=threads)
+        assert _bits(v) == _bits(v_rows) and _bits(g) == _bits(g_rows)
+        assert _bits(ctape.batch_forward(X, threads=threads)) == _bits(v_rows)
+    assert bool(ctape._wide) is wide
+
+
+def test_programs_with_guards_or_callbacks_take_the_row_loop():
+    def f(x):
+        s = 0.0
+        for xi in x:
+            s = s + (xi * xi if xi > 0 else -xi)
+        return s
+
+    ctape = rt.compile(rt.GradientTape(f, np.ones(3)))
+    X = np.abs(np.random.default_rng(10).normal(size=(40, 3))) + 0.1
+    v, g = ctape.batch_value_and_gradient(X)
+    assert _bits(v) == _bits(_rows(ctape, X)[0]) and ctape._wide is False
+    cb = rt.compile(rt.GradientTape(lambda x: H.logsumexp(x) * x[0], np.ones(3)))
+    v, g = cb.batch_value_and_gradient(X)
+    assert _bits(g) == _bits(_rows(cb, X)[1]) and cb._wide is False
+
+
+def test_long_scalar_programs_take_the_row_loop():
+    wl = W.chain(L=20000)                       # 60000 slots: 64 lanes would be 30 MB an arena
+    ctape = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    X = wl.x0 + np.linspace(0, 0.1, 16)[:, None]
+    v, g = ctape.batch_value_and_gradient(X)
+    assert ctape._wide is False
+    assert _bits(v) == _bits(_rows(ctape, X)[0])
+
+
+def test_one_batch_at_a_time_per_compiled_tape():
+    import threading
+    entered, release = threading.Event(), threading.Event()
+
+    @rt.primitive
+    def slow(x):
+        entered.set()
+        release.wait(10)
+        return np.sum(x)
+
+    rt.defvjp(slow, lambda ans, x: lambda g: g * np.ones_like(x))
+    release.set()                        # recording calls slow too: let it through
+    ctape = rt.compile(rt.GradientTape(lambda x: slow(x) * 2.0, np.ones(2)))
+    entered.clear()
+    release.clear()
+    errors = []
+    t = threading.Thread(target=lambda: ctape.batch_value_and_gradient(np.ones((2, 2))))
+    t.start()
+    try:
+        assert entered.wait(10)
+        for call in (lambda: ctape.batch_value_and_gradient(np.ones((2, 2))),
+                     lambda: ctape.value_and_gradient(np.ones(2))):
+            try:
+                call()
+            except rt.ConcurrentUseError as e:
+                errors.append(e)
+    finally:
+        release.set()
+        t.join()
+    assert len(errors) == 2
+    v, g = ctape.batch_value_and_gradient(np.ones((3, 2)))
+    assert np.array_equal(v, [4.0, 4.0, 4.0])
