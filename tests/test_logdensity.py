@@ -154,3 +154,25 @@ def test_deepcopy_and_pickle_round_trip_including_a_spawned_process():
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         v3, g3 = pool.submit(_remote, ld, x).result(timeout=120)
     assert v3 == v and np.array_equal(g3, g)
+
+
+def test_batches_equal_row_by_row_and_branches_fall_back():
+    ld = rt.LogDensity(logreg, np.zeros(3))
+    X = RNG.normal(size=(7, 3))
+    values, grads = ld.batch_logdensity_and_gradient(X)
+    for x, v, g in zip(X, values, grads):
+        v1, g1 = ld.logdensity_and_gradient(x)
+        assert v == v1 and np.array_equal(g, g1)
+    np.testing.assert_array_equal(ld.batch_logdensity(X), values)
+    v2, g2 = ld.batch_logdensity_and_gradient(X, threads=2)
+    assert np.array_equal(v2, values) and np.array_equal(g2, grads)
+    nv, ng = ld.negative().batch_logdensity_and_gradient(X)
+    assert np.array_equal(nv, -values) and np.array_equal(ng, -grads)
+    with pytest.raises(rt.InputError, match=r"\(k, 3\)"):
+        ld.batch_logdensity(np.zeros((2, 4)))
+    branchy = rt.LogDensity(lambda x: np.sum(x ** 2) if x[0] > 0 else -np.sum(x ** 3), np.ones(2))
+    Xb = np.array([[1.0, 2.0], [-1.0, 2.0], [3.0, 0.5]])
+    vb, gb = branchy.batch_logdensity_and_gradient(Xb)
+    np.testing.assert_allclose(vb, [5.0, -7.0, 9.25])
+    np.testing.assert_allclose(gb, [[2.0, 4.0], [-3.0, -12.0], [6.0, 1.0]])
+    np.testing.assert_allclose(branchy.batch_logdensity(Xb), vb)

@@ -8,6 +8,7 @@
     ld.negative()                     # the same for -logp: minimisers, mici
     ld.grad_and_value(x)              # (gradient, value): mici's grad_neg_log_dens order
     ld.flatten(tree), ld.unflatten(x) # pytree x0 <-> the flat vector of dimension `dimension`
+    ld.batch_logdensity(X), ld.batch_logdensity_and_gradient(X, threads=None)   # rows of X
 
 Every method takes the flat float vector of length ``dimension``; a pytree
 ``x0`` (dict, namedtuple, nested lists and tuples of floats and arrays) is
@@ -212,6 +213,37 @@ class LogDensity:
             return hessian(self._model, self._vector(x))
         return res
 
+    # ------------------------------------------------ batches (ctape.batch_*)
+    def _rows(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.dimension:
+            raise InputError(f"pass X of shape (k, {self.dimension}): one flat point a row "
+                             f"(got shape {X.shape})")
+        return X
+
+    def batch_logdensity_and_gradient(self, X, threads=None):
+        """(values[k], gradients[k, dimension]) at the rows of X, in one C call per
+        thread (``threads=n`` splits the rows); ensemble and SMC samplers,
+        multi-start optimisation."""
+        X = self._rows(X)
+        ctape = self._program(self._state(), 0)[0]
+        try:
+            return ctape.batch_value_and_gradient(X, threads=threads)
+        except BranchChanged:
+            # some row takes another branch: row by row, recording what it needs
+            pairs = [self.logdensity_and_gradient(x) for x in X]
+            return (np.array([v for v, _ in pairs]),
+                    np.array([g for _, g in pairs]).reshape(X.shape))
+
+    def batch_logdensity(self, X, threads=None):
+        """values[k] at the rows of X (forward sweeps only): emcee's vectorize=True."""
+        X = self._rows(X)
+        ctape = self._program(self._state(), 0)[0]
+        try:
+            return ctape.batch_forward(X, threads=threads)
+        except BranchChanged:
+            return np.array([self.logdensity(x) for x in X])
+
     def negative(self):
         """A view computing -log density (and its derivatives), for minimisers and mici."""
         return NegativeLogDensity(self)
@@ -273,6 +305,13 @@ class NegativeLogDensity:
 
     def hvp(self, x, v):
         return -self.base.hvp(x, v)
+
+    def batch_logdensity_and_gradient(self, X, threads=None):
+        v, g = self.base.batch_logdensity_and_gradient(X, threads)
+        return -v, -g
+
+    def batch_logdensity(self, X, threads=None):
+        return -self.base.batch_logdensity(X, threads)
 
     def hessian(self, x):
         return -self.base.hessian(x)
