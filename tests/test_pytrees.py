@@ -204,3 +204,21 @@ def test_forward_jvp_and_vjp_take_trees():
     for vj in (t.vjp(x, np.array([1.0, 0.0])), c.vjp(x, np.array([1.0, 0.0]))):
         np.testing.assert_allclose(vj["a"], [np.exp(0.1) * 3.0, 0.0], rtol=1e-15)
         assert vj["b"] == pytest.approx(np.exp(0.1), rel=1e-15)
+
+
+def test_batched_replay_takes_and_returns_trees_of_stacks():
+    ct = rt.compile(rt.GradientTape(model, point()))
+    pts = [point(0.1 * k) for k in range(4)]
+    X = {"w": np.stack([p["w"] for p in pts]),
+         "b": [np.array([p["b"][0] for p in pts]), np.array([float(p["b"][1]) for p in pts])],
+         "n": P(np.array([p["n"].mu for p in pts]), np.array([p["n"].logs for p in pts])),
+         "m": {"z": np.stack([p["m"]["z"] for p in pts])}}
+    values, G = ct.batch_value_and_gradient(X)
+    np.testing.assert_allclose(ct.batch_forward(X), values, rtol=0)
+    for k, p in enumerate(pts):
+        v, g = ct.value_and_gradient(p)
+        assert values[k] == v
+        np.testing.assert_array_equal(G["w"][k], g["w"])
+        assert G["n"].logs[k] == g["n"].logs and G["b"][1][k] == g["b"][1]
+    with pytest.raises(rt.InputError, match="out="):
+        ct.batch_value_and_gradient(X, out=np.empty((4, 10)))

@@ -481,6 +481,8 @@ class CompiledTape:
     def _batch_rows(self, X):
         """X as a C-contiguous (k, n_in) float64 array, and k."""
         shapes = self._in_shapes
+        if self._treedef is not None:      # a pytree of stacks, shaped like the input
+            X = self._tree_leaves(X, "batch input")
         if self._single:
             parts = (X,)
         else:
@@ -515,6 +517,9 @@ class CompiledTape:
     def _batch_grad_out(self, out, k):
         if out is None:
             return np.empty((k, self._g_len)), None
+        if self._treedef is not None:
+            raise InputError("batched replay of a pytree input takes no out=; call it without "
+                             "out= (or bind flat buffers: ctape.flatten)")
         if self._single and len(self._grad_shapes) == 1:
             shape = (k,) + tuple(self._grad_shapes[0])
             if (type(out) is not np.ndarray or out.dtype != _F64 or out.shape != shape
@@ -543,6 +548,8 @@ class CompiledTape:
             for o, p_ in zip(user, parts):
                 o[...] = p_
             return user
+        if self._treedef is not None:      # stacks in the input's pytree structure
+            return pytree.unflatten(self._treedef, parts)
         return parts[0] if len(parts) == 1 else tuple(parts)
 
     def _use_wide(self, k):
