@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "de1b99efb744c874"
+#define RT_OP_TABLE_HASH "c9025cf6d6159358"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -101,6 +101,14 @@
     X(REDUCE_LOGSUMEXP) \
     X(REDUCE_ALL) \
     X(REDUCE_ANY) \
+    X(CHOLESKY) \
+    X(TRISOLVE) \
+    X(SOLVE) \
+    X(INV) \
+    X(SLOGDET) \
+    X(EIGH) \
+    X(CUMSUM) \
+    X(CUMPROD) \
     X(GUARD_LT) \
     X(GUARD_LE) \
     X(GUARD_GT) \
@@ -185,6 +193,17 @@
     X(LOGSUMEXP) \
     X(ALL) \
     X(ANY)
+
+/* Dense linear algebra, kernels in linalg.c: X(NAME) */
+#define RT_LINALG(X) \
+    X(CHOLESKY) \
+    X(TRISOLVE) \
+    X(SOLVE) \
+    X(INV) \
+    X(SLOGDET) \
+    X(EIGH) \
+    X(CUMSUM) \
+    X(CUMPROD)
 
 /* Branch guards: X(NAME, predicate in x y) */
 #define RT_GUARDS(X) \

@@ -28,6 +28,7 @@
 #include "vm.h"
 #include "ops_generated.h"
 #include "specfun.h"
+#include "linalg.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390   /* 2 / sqrt(pi), used by ERF */
@@ -74,6 +75,7 @@ enum {
     RT_N_CASES_ = 0 RT_UNARY(RT_COUNT1_) RT_UNARY_ND(RT_COUNT1_) RT_BINARY(RT_COUNT3_)
                   RT_BINARY_ND(RT_COUNT3_) RT_REDUCE(RT_COUNT1_) RT_GUARDS(RT_COUNT1_)
                   + 3 /* WHERE_VV/VS/SV */ + 9 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM PYCALL */
+                  RT_LINALG(RT_COUNT1_)
 };
 typedef char rt_every_opcode_has_a_case_[((int)RT_N_CASES_ == (int)RT_NUM_OPS) ? 1 : -1];
 /* The reduction kernels are hand-written: exactly these seven. */
@@ -490,6 +492,9 @@ vm_next:
             rt_matmul(v + o, v + a, v + b, ints[c], ints[c + 1], ints[c + 2]);
             VM_NEXT;
         }
+#define FWD_LINALG(NAME) \
+        VM_CASE(NAME) { rt_linalg_forward(RT_OP_##NAME, v, ints + c, o, a, b); VM_NEXT; }
+        RT_LINALG(FWD_LINALG)
         VM_CASE(PYCALL) {
             /* The caller's Python computes out from the operands (re-run at
              * every replay) and writes it into the arena itself. */
@@ -858,6 +863,10 @@ vm_next:
                           d + o, v + a, v + b, ints[c], ints[c + 1], ints[c + 2]);
             VM_NEXT;
         }
+        /* linalg kernels use their scratch in the value arena (p->vals) */
+#define REV_LINALG(NAME) \
+        VM_CASE(NAME) { rt_linalg_reverse(RT_OP_##NAME, fl, p->vals, d, ints + c, o, a, b); VM_NEXT; }
+        RT_LINALG(REV_LINALG)
         VM_CASE(PYCALL) {
             /* An all-zero output adjoint contributes nothing (azmul, as every
              * kernel here): the user's VJP is not called for it. */
@@ -1156,6 +1165,9 @@ vm_next:
                 rt_matmul_acc(t + o, v + a, t + b, M, K, N);
             VM_NEXT;
         }
+#define TAN_LINALG(NAME) \
+        VM_CASE(NAME) { rt_linalg_tangent(RT_OP_##NAME, fl, p->vals, t, ints + c, o, a, b); VM_NEXT; }
+        RT_LINALG(TAN_LINALG)
         VM_CASE(PYCALL) {
             if (p->callback(p->callback_ctx, RT_CB_TANGENT, pc) != 0)
                 return RT_CALLBACK_FAILED;
@@ -1402,6 +1414,22 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
             return rt_vfail(vc, "n = %lld is not M*N = %lld*%lld", (long long)n, (long long)M, (long long)N);
         la = M * K; lb = K * N;
         if (!rt_voverlap(vc, "operand a", o, n, a, la) || !rt_voverlap(vc, "operand b", o, n, b, lb))
+            return 0;
+        break;
+    }
+    RT_LINALG(V_CASE1) {
+        /* kernels in linalg.c; a scratch region of their own in the arena */
+        int64_t so, ls;
+        char why[160];
+        if (!rt_vints(vc, "linear-algebra record", c, RT_LINALG_RECORD))
+            return 0;
+        if (rt_linalg_lengths(opcode, p->ints + c, n, &la, &lb, &so, &ls, why, sizeof why))
+            return rt_vfail(vc, "%s", why);
+        if (!rt_vregion(vc, "scratch", so, ls, 1) || !rt_voverlap(vc, "operand a", o, lo, a, la)
+            || (lb >= 0 && !rt_voverlap(vc, "operand b", o, lo, b, lb))
+            || !rt_voverlap(vc, "operand a (scratch)", so, ls, a, la)
+            || !rt_voverlap(vc, "the output (scratch)", so, ls, o, lo)
+            || (lb >= 0 && !rt_voverlap(vc, "operand b (scratch)", so, ls, b, lb)))
             return 0;
         break;
     }

@@ -321,3 +321,22 @@ def test_nested_grad_returns_gradients_in_argnums_order_and_takes_trees():
     tree_inner = rt.grad(lambda p: p["a"] ** 2 * p["b"])
     h = rt.grad(lambda x: tree_inner({"a": x, "b": 3.0})["a"])          # d/dx of 6x
     assert h(0.7) == pytest.approx(6.0)
+
+
+def test_has_aux_and_pytrees_with_generator_draws_replayed_fresh():
+    def f(p, rng):
+        z = rng.standard_normal(3)
+        w = p["mu"] + np.exp(p["ls"]) * z
+        return np.sum(w ** 2), {"w": w}
+
+    g = rt.grad(f, has_aux=True)
+    rng, twin = np.random.default_rng(1), np.random.default_rng(1)
+    p = {"mu": np.array([0.1, 0.2, 0.3]), "ls": 0.5}
+    for _ in range(3):
+        grads, aux = g(p, rng)
+        z = twin.standard_normal(3)
+        w = p["mu"] + np.exp(0.5) * z
+        np.testing.assert_allclose(aux["w"], w, rtol=1e-14)
+        np.testing.assert_allclose(grads["mu"], 2 * w, rtol=1e-14)
+        assert grads["ls"] == pytest.approx(np.sum(2 * w * np.exp(0.5) * z), rel=1e-13)
+    assert g.cache_info().records == 1

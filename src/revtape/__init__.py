@@ -11,8 +11,10 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Conv
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
 from .tape import NULL_TAPE, Tape
+from .watch import RandomDrawWarning
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from .pytree import register_pytree_node
+from . import linalg, structure
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
 from .primitives import defjvp, defvjp, primitive, stop_gradient
@@ -50,7 +52,7 @@ __all__ = [
     "jacobian", "hessian", "hvp", "compile", "CompiledTape", "grad", "value_and_grad",
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
-    "BuildMismatchError", "BranchChanged", "StaleTape",
+    "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning",
     "primitive", "defvjp", "defjvp", "stop_gradient",
     "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]

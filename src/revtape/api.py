@@ -11,6 +11,7 @@ structure.
 """
 
 import contextlib
+import contextvars
 import gc
 import inspect
 import math
@@ -21,8 +22,20 @@ import numpy as np
 from . import ops, pytree
 from .errors import InputError, UnsupportedError
 from .tape import Tape, backprop, check_input, check_out
+from .watch import Watcher, warn_tape_draws
 
 _GUARD = ops.OPS["guard"]
+# Set while a one-shot rt.gradient/jacobian/hessian/hvp records f: its tape is
+# used once, at the recording point, so draws in f are exact there, not frozen.
+_ONE_SHOT = contextvars.ContextVar("revtape_one_shot", default=False)
+
+
+def _once(make, f, x):
+    token = _ONE_SHOT.set(True)
+    try:
+        return make(f, x)
+    finally:
+        _ONE_SHOT.reset(token)
 
 
 def call_with(f, targs):
@@ -64,8 +77,11 @@ def record(tape, f, x):
     else:
         tx = tape.track(x)
     tape._func = f
+    watcher = Watcher()
     with gc_paused():
-        out = call_with(f, tx)
+        out = watcher.run_static(f, call_with, f, tx)
+    if not _ONE_SHOT.get():
+        warn_tape_draws(watcher)
     return tape.finish(out)
 
 
@@ -261,14 +277,14 @@ def gradient(f, x, out=None):
     """Gradient of scalar f at x (f a function, a tape or a compiled tape)."""
     if _tape_like(f):
         return f.gradient(x, out)
-    return GradientTape(f, x).value_and_gradient_recorded(out)[1]
+    return _once(GradientTape, f, x).value_and_gradient_recorded(out)[1]
 
 
 def value_and_gradient(f, x, out=None):
     """(f(x), gradient at x) for a function, a tape or a compiled tape."""
     if _tape_like(f):
         return f.value_and_gradient(x, out)
-    return GradientTape(f, x).value_and_gradient_recorded(out)
+    return _once(GradientTape, f, x).value_and_gradient_recorded(out)
 
 
 def _transform(f, kind, x):
@@ -286,7 +302,7 @@ def jacobian(f, x=None, out=None):
         return _transform(f, "jacobian", x)
     if _tape_like(f):
         return f.jacobian(x, out)
-    return JacobianTape(f, x).jacobian(x, out)
+    return _once(JacobianTape, f, x).jacobian(x, out)
 
 
 def hessian(f, x=None, out=None):
@@ -296,7 +312,7 @@ def hessian(f, x=None, out=None):
         return _transform(f, "hessian", x)
     if _tape_like(f):
         return f.hessian(x, out)
-    return HessianTape(f, x).hessian(x, out)
+    return _once(HessianTape, f, x).hessian(x, out)
 
 
 def hvp(f, x=None, v=None):
@@ -308,4 +324,4 @@ def hvp(f, x=None, v=None):
         raise TypeError("rt.hvp(f, x, v) needs v (or call rt.hvp(f)(x, v))")
     if _tape_like(f):
         return f.hvp(x, v)
-    return HessianTape(f, x).hvp(x, v)
+    return _once(HessianTape, f, x).hvp(x, v)

@@ -174,6 +174,11 @@ class CompiledTape:
                 name, ", ".join(f"@{v}" for v in (a, b, c)[:_arity(name)]))
             if name.startswith("REDUCE_"):
                 operands = f"@{a}, segment {b}"
+            if name.lower() in ops.LINALG_OPS:
+                nn, mm, bits, scratch = self._ints[c:c + 4].tolist()
+                operands = (f"@{a}" + (f", @{b}" if name in ("TRISOLVE", "SOLVE") else "")
+                            + f"  N={nn} M={mm}" + (f" flags={bits:03b}" if bits else "")
+                            + f" scratch @{scratch}")
             if name == "PYCALL":
                 site = prog.callbacks[a]
                 args = self._ints[c:c + 3 * b].reshape(-1, 3).tolist() if b else []

@@ -390,6 +390,8 @@ class _Lowering:
                 self._lower_reduce(op, o, n, args[0], params, flag[0])
             elif fam == ops.MATMUL:
                 self._lower_matmul(o, args, flag)
+            elif fam == ops.LINALG:
+                self._lower_linalg(op, o, args, params, flag)
             elif op.name == "scatter_add":
                 g = args[0]
                 idx = np.asarray(params["idx"]).ravel()
@@ -452,6 +454,34 @@ class _Lowering:
         self.emit("MATMUL", m * nn, o, self.offset[a], self.offset[b], self._ints([m, k, nn]),
                   flags=flag[0] | (flag[1] << 1))
 
+    def _lower_linalg(self, op, o, args, params, flag):
+        # ints record (N, M, flags, scratch): see csrc/linalg.h
+        sa = _shp(self.vals[args[0]])
+        if op.name in ("cumsum", "cumprod"):
+            m = sa[-1]
+            size = _size(sa)
+            self.emit(op.name.upper(), size, o, self.offset[args[0]], 0,
+                      self._ints([size // m if m else 0, m, 0, 0]), flags=flag[0])
+            return
+        nn = sa[0]
+        mm = nn
+        if len(args) > 1:
+            sb = _shp(self.vals[args[1]])
+            mm = 1 if len(sb) == 1 else sb[1]
+        bits = 0
+        if op.name == "trisolve":
+            bits = (params["lower"] and 1) | (params["trans"] and 2) | (params["unit"] and 4)
+        scratch = {"cholesky": nn * nn, "trisolve": nn * mm, "solve": nn * nn + nn + nn * mm,
+                   "inv": 2 * nn * nn + nn, "slogdet": 2 * nn * nn + nn,
+                   "eigh": 3 * nn * nn}[op.name]
+        s = self._alloc(scratch)
+        n = 2 if op.name == "slogdet" else nn * (mm if op.name in ("trisolve", "solve") else nn)
+        if op.name == "eigh":
+            n = nn + nn * nn
+        b = self.offset[args[1]] if len(args) > 1 else 0
+        self.emit(op.name.upper(), n, o, self.offset[args[0]], b,
+                  self._ints([nn, mm, int(bits), s]),
+                  flags=flag[0] | ((flag[1] if len(args) > 1 else 0) << 1))
     def _lower_pycall(self, o, n, args, params, flag):
         # operands are read where they live (aliases included); the callback
         # adds the operands' adjoints in place, as every other kernel does

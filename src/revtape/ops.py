@@ -26,6 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.special as sps
 
+try:  # scipy is optional: solve_triangular's reference forward falls back to numpy
+    import scipy.linalg as _scipy_linalg
+except ImportError:  # pragma: no cover
+    _scipy_linalg = None
+
 from .errors import UnsupportedError
 
 # Families.  The elementwise ones are generated into the C VM from their
@@ -34,6 +39,7 @@ from .errors import UnsupportedError
 UNARY, BINARY, UNARY_ND, BINARY_ND = "unary", "binary", "unary_nd", "binary_nd"
 WHERE, CLIP, REDUCE, MATMUL, GUARD = "where", "clip", "reduce", "matmul", "guard"
 STRUCT = "struct"  # reshape/take/item/scatter_add/concat: lowered to aliases, gathers, scatters
+LINALG = "linalg"  # dense matrix kernels in csrc/linalg.c: one opcode each
 PYCALL = "pycall"  # a user's @rt.primitive: the VM calls back into Python (primitives.py)
 
 
@@ -435,6 +441,211 @@ def _concat_vjp(i, g, ans, *xs, axis):
 _def("concat", STRUCT, lambda *xs, axis: np.concatenate([np.asarray(x) for x in xs], axis=axis),
      vjp=_concat_vjp)
 
+# ---------------------------------------------------------------- linear algebra
+# One instruction each (csrc/linalg.c: forward, reverse and tangent kernels);
+# square 2-D matrices only (the user-facing functions in linalg.py refuse the
+# rest).  Failed factorizations give nan results -- a value a sampler can
+# reject -- in the reference replay and in C alike: cholesky of a matrix that
+# is not positive definite is all nan, solve/inv of an exactly singular
+# matrix (a zero pivot) all nan, slogdet of one (0, -inf) as numpy.  The
+# reverse rules are written with these primitives (so Hessians work) and
+# match the C kernels to rounding.
+
+def tri_mask(shape, k=0, lower=True):
+    """0/1 mask of np.tril(x, k) (lower) or np.triu(x, k) as a float constant."""
+    n, m = shape[-2], shape[-1]
+    mask = np.tri(n, m, k) if lower else 1.0 - np.tri(n, m, k - 1)
+    return np.ascontiguousarray(np.broadcast_to(mask, tuple(shape)), dtype=np.float64)
+
+
+def tril(x, k=0):
+    return P.where(tri_mask(shape_of(x), k, True), x, 0.0)
+
+
+def triu(x, k=0):
+    return P.where(tri_mask(shape_of(x), k, False), x, 0.0)
+
+
+def _nan_on(error, f):
+    """numpy forward whose failure (LinAlgError) becomes an all-nan result."""
+    def g(*args, **params):
+        try:
+            with np.errstate(all="ignore"):
+                return f(*args, **params)
+        except np.linalg.LinAlgError:
+            return error(*args, **params)
+    return g
+
+
+def _outer_or_matmul(u, w):
+    """u w^T for vectors (outer product), u @ w^T for matrices."""
+    if len(shape_of(u)) == 1:
+        return P.mul(P.reshape(u, shape=(shape_of(u)[0], 1)), P.reshape(w, shape=(1, shape_of(w)[0])))
+    return P.matmul(u, transpose(w))
+
+
+def lower_fold(abar):
+    """The adjoint of a function of A's lower triangle (read as the symmetric
+    matrix it defines) from the adjoint abar of that symmetric matrix:
+    abar + abar^T below the diagonal, abar on it, 0 above."""
+    n = shape_of(abar)[0]
+    return P.where(tri_mask((n, n), -1), P.add(abar, transpose(abar)),
+                   P.where(np.eye(n), abar, 0.0))
+
+
+def _cholesky_vjp(i, g, L, A):
+    # Murray (2016): S = L^-T phi(L^T G) L^-1, phi = lower triangle with the
+    # diagonal halved; numpy reads A's lower triangle only, so the exact
+    # gradient is S + S^T below the diagonal, S on it, 0 above (JAX and
+    # autograd symmetrise instead; the two agree on symmetric perturbations).
+    n = shape_of(L)[0]
+    half = np.where(np.eye(n) == 1, 0.5, 1.0)
+    phi = P.where(tri_mask((n, n)), P.mul(P.matmul(transpose(L), tril(g)), half), 0.0)
+    y = P.trisolve(L, phi, lower=True, trans=True, unit=False)          # L^-T phi
+    st = P.trisolve(L, transpose(y), lower=True, trans=True, unit=False)  # S^T
+    return lower_fold(P.mul(P.add(st, transpose(st)), 0.5))
+
+
+def _cholesky_fwd(a):
+    L = np.linalg.cholesky(a)
+    # as the C kernel: an infinite pivot is a failure too
+    return L if np.isfinite(np.diagonal(L)).all() else np.full(np.shape(a), np.nan)
+
+
+_def("cholesky", LINALG, _nan_on(lambda a: np.full(np.shape(a), np.nan), _cholesky_fwd),
+     vjp=_cholesky_vjp, doc="L = cholesky(A), reads A's lower triangle only; not PD -> all nan")
+
+
+def _trisolve_fwd(a, b, lower, trans, unit):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    m = np.tril(a) if lower else np.triu(a)
+    if unit:
+        np.fill_diagonal(m, 1.0)
+    if not np.all(np.diagonal(m)):
+        return np.full(np.shape(b), np.nan)
+    if _scipy_linalg is not None:
+        return _scipy_linalg.solve_triangular(a, b, lower=lower, trans=int(trans),
+                                              unit_diagonal=unit, check_finite=False)
+    return np.linalg.solve(m.T if trans else m, b)
+
+
+def _trisolve_vjp(i, g, x, a, b, lower, trans, unit):
+    bbar = P.trisolve(a, g, lower=lower, trans=not trans, unit=unit)
+    if i == 1:
+        return bbar
+    lbar = _outer_or_matmul(x, bbar) if trans else _outer_or_matmul(bbar, x)
+    n = shape_of(a)[0]
+    mask = tri_mask((n, n), (-1 if unit else 0) if lower else (1 if unit else 0), lower)
+    return P.where(mask, P.neg(lbar), 0.0)
+
+
+_def("trisolve", LINALG, _quiet(_trisolve_fwd), vjp=_trisolve_vjp,
+     doc="X = op(A)^-1 B, op = A or A^T (trans), A lower or upper (unit: diagonal 1)")
+
+
+def _solve_vjp(i, g, x, a, b):
+    bbar = P.solve(transpose(a), g)
+    if i == 1:
+        return bbar
+    return P.neg(_outer_or_matmul(bbar, x))
+
+
+_def("solve", LINALG,
+     _nan_on(lambda a, b: np.full(np.shape(b), np.nan), lambda a, b: np.linalg.solve(a, b)),
+     vjp=_solve_vjp, doc="X = A^-1 B (LU, partial pivoting); singular -> all nan")
+
+
+def _inv_vjp(i, g, x, a):
+    xt = transpose(x)
+    return P.neg(P.matmul(P.matmul(xt, g), xt))
+
+
+_def("inv", LINALG,
+     _nan_on(lambda a: np.full(np.shape(a), np.nan), lambda a: np.linalg.inv(a)),
+     vjp=_inv_vjp, doc="A^-1; singular -> all nan")
+
+
+def _slogdet_fwd(a):
+    sign, logdet = np.linalg.slogdet(a)
+    return np.array([sign, logdet], dtype=np.float64)
+
+
+_def("slogdet", LINALG, _quiet(_slogdet_fwd),
+     vjp=lambda i, g, ans, a: P.mul(P.item(g, i=1), transpose(P.inv(a))),
+     doc="[sign, log|det A|]; only log|det A| is differentiable")
+
+def eigh_signs(V):
+    """Each column's largest-magnitude entry (the first of equal ones) made
+    positive: the sign convention of the EIGH kernel (LAPACK's is arbitrary)."""
+    V = np.array(V, dtype=np.float64)
+    if V.size == 0:
+        return V
+    m = np.argmax(np.abs(V), axis=0)
+    flip = V[m, np.arange(V.shape[1])] < 0
+    V[:, flip] *= -1.0
+    return V
+
+
+def _eigh_fwd(a):
+    a = np.asarray(a, dtype=np.float64)
+    n = a.shape[0]
+    if not np.isfinite(np.tril(a)).all():
+        return np.full(n + n * n, np.nan)
+    w, V = np.linalg.eigh(a)
+    return np.concatenate([w, eigh_signs(V).ravel()])
+
+
+def _eigh_vjp(i, g, ans, a):
+    # A-bar = sym(V (diag(w-bar) + F o (V^T V-bar)) V^T), F[i, j] = 1/(w[j] - w[i])
+    n = shape_of(a)[0]
+    w = P.take(ans, idx=np.arange(n))
+    V = P.reshape(P.take(ans, idx=np.arange(n, n + n * n)), shape=(n, n))
+    wbar = P.take(g, idx=np.arange(n))
+    Vbar = P.reshape(P.take(g, idx=np.arange(n, n + n * n)), shape=(n, n))
+    eye = np.eye(n)
+    diff = P.sub(P.reshape(w, shape=(1, n)), P.reshape(w, shape=(n, 1)))
+    F = P.where(eye, 0.0, P.reciprocal(P.where(eye, 1.0, diff)))
+    M = P.where(eye, broadcast_to(P.reshape(wbar, shape=(1, n)), (n, n)),
+                P.azmul(P.matmul(transpose(V), Vbar), F))
+    return lower_fold(P.matmul(P.matmul(V, M), transpose(V)))
+
+
+_def("eigh", LINALG, _quiet(_eigh_fwd), vjp=_eigh_vjp,
+     doc="[w ascending | V row-major] of A's lower triangle; see eigh_signs")
+
+# ---------------------------------------------------------------- scans (last axis)
+# cumsum/cumprod along the last axis (tracked.py moves another axis last with
+# gathers); sequential, in numpy's order, so the compiled replay is bit-for-bit.
+
+def flip_last(x):
+    s = shape_of(x)
+    idx = np.ascontiguousarray(np.arange(int(np.prod(s, dtype=np.int64))).reshape(s)[..., ::-1])
+    return P.take(x, idx=idx)
+
+
+def _cumprod_vjp(i, g, y, x):
+    if getattr(g, "_is_tracked", False) or getattr(x, "_is_tracked", False):
+        # traced (second derivatives): revcumsum(g y) / x, which needs x != 0
+        return P.div(flip_last(P.cumsum(flip_last(P.mul(g, y)))), x)
+    # plain values: the C kernel's zero-safe recurrence, dx[i] = y[i-1] r[i],
+    # r[i] = g[i] + x[i+1] r[i+1]
+    g, x, y = (np.asarray(v, dtype=np.float64) for v in (g, x, y))
+    m = x.shape[-1]
+    dx = np.empty_like(x)
+    if m:
+        r = g[..., m - 1].copy()
+        for k in range(m - 1, -1, -1):
+            dx[..., k] = (y[..., k - 1] if k > 0 else 1.0) * r
+            if k > 0:
+                r = g[..., k - 1] + x[..., k] * r
+    return dx
+
+
+_def("cumsum", LINALG, _quiet(lambda x: np.cumsum(x, axis=-1)),
+     vjp=lambda i, g, ans, x: flip_last(P.cumsum(flip_last(g))),
+     doc="cumulative sum along the last axis")
+_def("cumprod", LINALG, _quiet(lambda x: np.cumprod(x, axis=-1)), vjp=_cumprod_vjp,
+     doc="cumulative product along the last axis; zero-safe reverse")
 # ---------------------------------------------------------------- Python callbacks
 # One instruction per call of an @rt.primitive on tracked values.  params
 # {"site": primitives.CallSite} holds the primitive, its static arguments and
@@ -512,12 +723,15 @@ def _vm_opcodes():
             names.append(f"REDUCE_{op.name.upper()}")
         elif op.family == GUARD:
             names += [f"GUARD_{p.upper()}" for p in GUARD_PREDICATES]
+        elif op.family == LINALG:
+            names.append(op.name.upper())
     return names + list(VM_STRUCT)
 
 
 VM_OPCODES = _vm_opcodes()
 OPCODE = {name: i for i, name in enumerate(VM_OPCODES)}
 REDUCE_OPS = [op.name for op in OPS.values() if op.family == REDUCE]
+LINALG_OPS = [op.name for op in OPS.values() if op.family == LINALG]
 
 
 def table_fingerprint():

@@ -500,8 +500,10 @@ def _check_guard(params, x, y):
 
 def branch_changed(params, x, y):
     sym = ops.GUARD_PREDICATES[params["pred"]][0]
+    # guards that revtape records itself (sort order, argmax) say what they guard
+    what = f" ({params['what']})" if "what" in params else ""
     return BranchChanged(
-        f"the replay took another branch than the recording: `{x!r} {sym} {y!r}` is now "
+        f"the replay took another branch than the recording{what}: `{x!r} {sym} {y!r}` is now "
         f"{not params['expected']} (it was {params['expected']} when recorded) at "
         f"{describe_where(params['where'])}. Record a new tape at this input, use rt.grad(f) "
         f"(it re-records), or write the branch with np.where (compile(tape, guards=False) "

@@ -129,7 +129,9 @@ class Tracked:
             return box
         raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
                               "np.asarray internally cannot be traced; for logsumexp use "
-                              "revtape.special.logsumexp.)")
+                              "revtape.special.logsumexp; for scipy.linalg's solve_triangular, "
+                              "cholesky, cho_factor, cho_solve, solve, inv, det imported before "
+                              "revtape use revtape.linalg's.)")
 
     def item(self, *args):
         raise ConversionError(_NO_FLOAT.format(what="float"))
@@ -232,6 +234,27 @@ class Tracked:
     def clip(self, a_min=None, a_max=None): return clip(self, a_min, a_max)
     def squeeze(self, axis=None): return squeeze(self, axis)
     def copy(self): return self
+    # numpy-name methods whose handlers live in linalg.py / structure.py
+    def cumsum(self, axis=None, dtype=None, out=None):
+        return np.cumsum(self, axis=axis, dtype=dtype, out=out)
+
+    def cumprod(self, axis=None, dtype=None, out=None):
+        return np.cumprod(self, axis=axis, dtype=dtype, out=out)
+
+    def argmax(self, axis=None, out=None, keepdims=False):
+        return np.argmax(self, axis=axis, out=out, keepdims=keepdims)
+
+    def argmin(self, axis=None, out=None, keepdims=False):
+        return np.argmin(self, axis=axis, out=out, keepdims=keepdims)
+
+    def argsort(self, axis=-1, kind=None, order=None):
+        return np.argsort(self, axis=axis, kind=kind, order=order)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return np.diagonal(self, offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+        return np.trace(self, offset, axis1, axis2, dtype, out)
 
     def astype(self, dtype, copy=True):
         if np.dtype(dtype) != np.float64:

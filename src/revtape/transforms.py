@@ -5,13 +5,18 @@ A recorded tape is a snapshot of one run of f.  It is valid while
 1. the call has the same structure (shapes and dtypes of array arguments,
    values of static arguments) -- the cache key;
 2. the code and bindings that run used are unchanged -- binding guards,
-   collected by WATCHING the recording run (sys.setprofile), not by static
-   analysis: the __code__, defaults and closure cells of every Python
-   function that ran, the globals and module/class attributes their code
-   names, the class attribute a method was found under, and revtape's own
-   op-table epoch;
+   collected by WATCHING the recording run (watch.py: sys.monitoring on
+   3.12+, a chained profile hook on 3.11), not by static analysis: the
+   __code__, defaults and closure cells of every Python function that ran,
+   the globals and module/class attributes their code names, the class
+   attribute a method was found under, attributes of the objects f reached
+   (self, arguments, closures, globals), and revtape's own op-table epoch;
 3. every comparison Python branched on comes out the same -- branch guards,
    checked by the C VM during the forward sweep.
+
+A function that draws random numbers while recorded is recorded on every
+call instead (a compiled tape would freeze the draws), with one
+RandomDrawWarning.
 
 Any failure re-records (``on_stale="rerecord"``, the default) or raises
 StaleTape (``on_stale="raise"``).  Up to 8 variants (recorded branches) are
@@ -21,11 +26,8 @@ one warning.
 
 import builtins
 import functools
-import gc
 import inspect
-import os
 import sys
-import sysconfig
 import types
 import warnings
 from collections import namedtuple
@@ -37,6 +39,7 @@ from .api import gc_paused
 from .compiled import CompiledTape
 from .errors import BranchChanged, InputError, OutputError, StaleTape
 from .tape import Tape
+from .watch import RandomDrawWarning, Watcher, _freeze
 
 MAX_VARIANTS = 8
 _MISSING = object()
@@ -48,49 +51,9 @@ class StaleTapeWarning(RuntimeWarning):
 
 
 # ---------------------------------------------------------------- watching the recording run
+# (watch.py: sys.monitoring on 3.12+, a chained profile/trace hook on 3.11)
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-_SKIP_DIRS = tuple({os.path.abspath(p) for p in (
-    sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("purelib"),
-    sysconfig.get_paths().get("platlib"), _PKG_DIR) if p})
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_user_file(filename):
-    if not filename or filename.startswith("<frozen"):
-        return False
-    path = os.path.abspath(filename)
-    return not path.startswith(_SKIP_DIRS)
-
-
-class _Watcher:
-    """A profile hook that notes every user code object that runs, with its
-    globals and (for methods) the class it was looked up on."""
-
-    def __init__(self):
-        self.codes = {}
-
-    def __call__(self, frame, event, arg):
-        if event != "call":
-            return
-        code = frame.f_code
-        if code in self.codes or not _is_user_file(code.co_filename):
-            return
-        owner = None
-        if code.co_argcount and code.co_varnames[0] in ("self", "cls"):
-            obj = frame.f_locals.get(code.co_varnames[0], _MISSING)
-            if obj is not _MISSING:
-                owner = obj if isinstance(obj, type) and code.co_varnames[0] == "cls" else type(obj)
-        self.codes[code] = (frame.f_globals, owner)
-
-    def run(self, fn, *args, **kwargs):
-        previous = sys.getprofile()
-        sys.setprofile(self)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            sys.setprofile(previous)
-
+_Watcher = Watcher
 
 # ---------------------------------------------------------------- binding guards
 
@@ -109,9 +72,11 @@ class Guards:
         self.attrs = []
         self.cells = []
         self.containers = []
+        self.values = []         # (mapping, key, expected): identity, or equality for scalars
         self.epoch = ops.EPOCH[0]
         self._seen = set()
         self.pre = {}            # container snapshots taken before the run
+        self.roots = []          # objects whose attribute reads are guarded (objects())
         self._compiled = None
 
     def check(self):
@@ -144,6 +109,11 @@ class Guards:
             lines.append(f"    try:\n        if {bind(c)}.cell_contents is not {bind(v)}: "
                          "return 'a closure variable was rebound'\n    except ValueError:\n"
                          "        return 'a closure variable was deleted'")
+        for d, k, v in self.values:
+            ok = f"(v := {bind(d)}.get({k!r}, MISSING)) is {bind(v)}"
+            if type(v) in _SCALARS:
+                ok += f" or (type(v) is {bind(type(v))} and v == {bind(v)})"
+            lines.append(f"    if not ({ok}): return {f'attribute {k!r} was rebound'!r}")
         for c, snap in self.containers:
             test = (f"{bind(c)} != {bind(snap)}" if isinstance(snap, (list, dict))
                     else f"snapshot({bind(c)}) != {bind(snap)}")
@@ -154,7 +124,8 @@ class Guards:
         return env["check"]
 
     def __len__(self):
-        return len(self.items) + len(self.attrs) + len(self.cells) + len(self.containers) + 1
+        return (len(self.items) + len(self.attrs) + len(self.cells) + len(self.containers)
+                + len(self.values) + 1)
 
     # ------------------------------------------------ building
     def item(self, d, k):
@@ -190,6 +161,7 @@ class Guards:
                 except ValueError:
                     continue
                 self.cells.append((cell, v))
+                self.roots.append(v)
                 self._container(v, self.pre.get(id(cell)))
                 if callable(v) and not isinstance(v, type):
                     self.function(v, depth + 1)
@@ -198,11 +170,13 @@ class Guards:
             if isinstance(call, types.FunctionType):
                 self.function(call, depth + 1)
 
-    def code(self, code, globs, owner):
-        # the function objects that own this code (the callee that actually ran)
-        for ref in gc.get_referrers(code):
-            if isinstance(ref, types.FunctionType) and ref.__code__ is code:
-                self.function(ref)
+    def code(self, code, globs, owner, functions=()):
+        """Guard what one code object that ran depended on.  `functions` are
+        the function objects found for it (no heap scan: from the call
+        events on 3.12+, else from where the code could have been looked
+        up -- see _functions_for)."""
+        for fn in functions:
+            self.function(fn)
         # a method: the class attribute it was found under
         if owner is not None:
             for klass in owner.__mro__:
@@ -215,11 +189,77 @@ class Guards:
         for name in names:
             if name in globs:
                 self.item(globs, name)
+                self.roots.append(globs[name])
                 self._chain(globs[name], names, 2)
                 self._container(globs[name], self.pre.get((id(globs), name)))
             elif hasattr(builtins, name):
                 self.item(globs, name)                 # still not shadowed by a global
                 self.item(builtins.__dict__, name)
+
+    def objects(self, roots, names, max_depth=3):
+        """Guard the attribute reads f could have made on objects it reached.
+
+        Which attributes were read is not traced; the names any code that ran
+        mentions (co_names) stand for them.  For each object reached (roots,
+        then the values of its guarded attributes, down to max_depth links:
+        ``self.prior.scale``), every such name that is an instance attribute
+        (in __dict__ or a __slots__ slot) is guarded like a global: identity,
+        or equality for plain scalars.  A class attribute is guarded where the
+        class defines it, and against being shadowed on the instance.  A
+        property is not evaluated here: its getter ran as user code, so what
+        it read (``self._y``) is guarded like any other read.
+        """
+        stack = [(o, 0) for o in roots]
+        visited = set()
+        while stack:
+            o, depth = stack.pop()
+            if not _traversable(o) or id(o) in visited:
+                continue
+            visited.add(id(o))
+            if isinstance(o, (list, tuple, dict)):
+                items = o.values() if isinstance(o, dict) else o
+                if len(o) <= 64 and depth < max_depth:
+                    if not isinstance(o, tuple):
+                        self._container(o, None)
+                    stack.extend((v, depth + 1) for v in items)
+                continue
+            cls = type(o)
+            try:
+                d = getattr(o, "__dict__", None)
+            except Exception:               # a __getattr__ that misbehaves: no guards here
+                continue
+            if type(d) is not dict:
+                d = None
+            for name in names:
+                klass = _mro_owner(cls, name)
+                raw = klass.__dict__[name] if klass is not None else _MISSING
+                if raw is not _MISSING and isinstance(raw, types.MemberDescriptorType):
+                    v = getattr(o, name, _MISSING)          # a __slots__ slot
+                    if not getattr(v, "_is_tracked", False):
+                        self.attr(o, name)
+                        if depth < max_depth:
+                            stack.append((v, depth + 1))
+                    continue
+                if isinstance(raw, property):
+                    self.item(klass.__dict__, name)
+                    if raw.fget is not None:
+                        self.function(raw.fget)
+                    continue
+                if d is not None and name in d:
+                    v = d[name]
+                    if getattr(v, "_is_tracked", False) or (id(d), name) in self._seen:
+                        continue
+                    self._seen.add((id(d), name))
+                    self.values.append((d, name, v))
+                    if isinstance(v, (types.FunctionType, functools.partial, types.MethodType)):
+                        self.function(v)                    # self.link = user_fn: its code too
+                    if depth < max_depth:
+                        stack.append((v, depth + 1))
+                elif raw is not _MISSING:
+                    if d is not None:
+                        self.item(d, name)                  # not shadowed on the instance
+                    if klass.__flags__ & _HEAPTYPE:         # a Python class: rebindable
+                        self.item(klass.__dict__, name)     # the class attribute itself
 
     def _chain(self, obj, names, depth):
         if depth == 0 or not isinstance(obj, (types.ModuleType, type)):
@@ -234,6 +274,10 @@ class Guards:
         if isinstance(obj, (list, dict)) and len(obj) <= 64 and id(obj) not in self._seen:
             self._seen.add(id(obj))
             self.containers.append((obj, before if before is not None else _snapshot(obj)))
+            for v in (obj.values() if isinstance(obj, dict) else obj):
+                if isinstance(v, (types.FunctionType, functools.partial, types.MethodType)):
+                    self.function(v)
+                self.roots.append(v)
 
 
 _PLAIN = (int, float, complex, str, bytes, bool, type(None), types.FunctionType,
@@ -251,6 +295,26 @@ def _snapshot(c):
     if all(type(v) in _PLAIN for v in c):
         return list(c)
     return tuple(id(v) for v in c)
+
+
+_HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: classes made by a class statement
+_SCALARS = (int, float, complex, str, bytes, bool, np.float64, np.int64)
+_OPAQUE = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+           functools.partial, np.ndarray, np.generic, np.ufunc, int, float, complex, str, bytes,
+           bool, type(None), types.CodeType, types.CellType, np.dtype, set, frozenset)
+
+
+def _traversable(o):
+    """Objects whose attributes f may have read (not modules and classes:
+    _chain guards those; not numbers, arrays, functions)."""
+    return not isinstance(o, _OPAQUE) and not getattr(o, "_is_tracked", False)
+
+
+def _mro_owner(cls, name):
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass
+    return None
 
 
 def _mro_lookup(cls, name):
@@ -286,12 +350,70 @@ def _pre_snapshots(fn):
     return out
 
 
-def collect_guards(fn, watcher, pre):
+def _functions_for(watcher, fn):
+    """{code: [function objects]} for the code that ran, without scanning the
+    heap: the functions seen being called (3.12+), f and what it wraps, the
+    globals the code names, the class attribute a method was found under,
+    and the module attribute a top-level function's qualified name leads to.
+    A function made during the run has none: its code is a constant of a
+    parent whose function is guarded, and its cells hold this run's values."""
+    found = {}
+
+    def add(f):
+        while isinstance(f, (functools.partial, types.MethodType, staticmethod, classmethod)):
+            f = f.func if isinstance(f, functools.partial) else f.__func__
+        code = getattr(f, "__code__", None)
+        if isinstance(f, types.FunctionType) and code in watcher.codes:
+            lst = found.setdefault(code, [])
+            if not any(g is f for g in lst):
+                lst.append(f)
+
+    add(fn)
+    for f in watcher.functions.values():
+        add(f)
+    for code, (globs, owner) in watcher.codes.items():
+        if code in found:
+            continue
+        add(globs.get(code.co_name))
+        if owner is not None:
+            add(_mro_lookup(owner, code.co_name))
+        qual = code.co_qualname if hasattr(code, "co_qualname") else code.co_name
+        if code not in found and "<locals>" not in qual:
+            obj = sys.modules.get(globs.get("__name__"))
+            for part in qual.split("."):
+                obj = getattr(obj, part, None) if obj is not None else None
+            add(obj)
+    return found
+
+
+def collect_guards(fn, watcher, pre, args=(), kwargs=None):
     g = Guards()
     g.pre = pre
     g.function(fn)
+    target = fn
+    for _ in range(8):
+        if isinstance(target, functools.partial):
+            g.roots.extend(target.args)
+            g.roots.extend(target.keywords.values())
+            target = target.func
+        elif isinstance(target, types.MethodType):
+            g.roots.append(target.__self__)
+            target = target.__func__
+        else:
+            break
+    if not isinstance(target, types.FunctionType) and callable(target):
+        g.roots.append(target)                  # a callable object: its attributes
+    g.roots.extend(a for a in args if not isinstance(a, np.ndarray))
+    g.roots.extend((kwargs or {}).values())
+    functions = _functions_for(watcher, fn)
     for code, (globs, owner) in watcher.codes.items():
-        g.code(code, globs, owner)
+        g.code(code, globs, owner, functions.get(code, ()))
+    g.roots.extend(watcher.selves.values())
+    names = set()
+    for code in watcher.codes:
+        names.update(code.co_names)
+    g.objects(g.roots, names)
+    g.roots = []
     return g
 
 
@@ -331,6 +453,7 @@ class GradFunction:
         self._cache = {}
         self._stats = {"records": 0, "replays": 0, "branch_failures": 0, "stale": 0}
         self._warned = False
+        self._warned_draws = False
         functools.update_wrapper(self, fun, updated=())
 
     # ------------------------------------------------ call
@@ -408,7 +531,7 @@ class GradFunction:
             key.append((k, _static_key(kwargs[k])))
         return tuple(key), diff, data
 
-    def _record(self, entry, args, kwargs):
+    def _record(self, entry, args, kwargs, proxy_draws=True):
         if len(entry.variants) >= MAX_VARIANTS:
             entry.eager = True
             if not self._warned:
@@ -425,26 +548,68 @@ class GradFunction:
             if i not in self.argnums and isinstance(a, np.ndarray) and a.dtype.kind == "f":
                 targs[i] = tape.track(a)
         pre = _pre_snapshots(self.fun)
+        draws = _DrawInputs(tape, targs) if proxy_draws else None
         watcher = _Watcher()
-        with gc_paused():
-            out = watcher.run(self.fun, *targs, **kwargs)
+        try:
+            with gc_paused():
+                out = watcher.run(self.fun, *targs, **kwargs)
+        except Exception:
+            if not draws:
+                raise
+            # f could not take its draws as tracked values (float(z), z.astype(int)):
+            # put the generators back and record it with plain draws
+            draws.rewind()
+            return self._record(entry, args, kwargs, proxy_draws=False)
         if self.has_aux:
             out, aux = functional.split_aux(out)
         tape.finish(out)
         tape._scalar_output()
         spec = functional.aux_spec(tape, aux) if self.has_aux else None
-        guards = collect_guards(self.fun, watcher, pre)
         _, diff, data = self._split(args, kwargs)
         entry.layout = functional.layout_of(args, self.argnums)
+        if draws and not draws.exact(watcher):
+            draws = None
+            watcher.draws.append(("a draw from a Generator argument that cannot be replayed",
+                                  "(a method other than standard_normal/random/"
+                                  "standard_exponential(size))"))
+        if draws is not None and not draws.log:
+            draws = None
+        if any(s is None or draws is None or id(s) not in draws.streams
+               for s in watcher.draw_streams) or (watcher.draws and draws is None):
+            # A compiled tape would replay these draws as constants.  Re-running
+            # f on every call draws as f does; this call's answer is the
+            # recording's own, so the generator advanced exactly once.
+            entry.eager = True
+            if not self._warned_draws:
+                self._warned_draws = True
+                warnings.warn(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
+                              "revtape records it on every call so that each call draws afresh "
+                              "(correct, but not compiled). Pass the noise in as an argument "
+                              "to get a compiled replay", RandomDrawWarning, stacklevel=3)
+            self._stats["records"] += 1
+            value = tape._vals[tape._output._id]
+            grads = tape._grads_out(tape._reverse(1.0), None)
+            if isinstance(grads, tuple):
+                grads = grads[:len(diff)]         # not the data arguments
+            if entry.layout is not None:
+                grads = functional.regroup(grads, entry.layout)
+            if self.has_aux:
+                value = (value, functional.plain_aux(aux))
+            return self._result(value, grads)
+        guards = collect_guards(self.fun, watcher, pre, args, kwargs)
         ctape = CompiledTape(tape, n_grad=len(diff))
         self._stats["records"] += 1
         variant = _Variant(ctape, guards)
         if spec is not None:
             variant.replay = functional.AuxReplay(ctape, spec)
+        first = variant.replay             # this call replays the recording's own draws
         entry.variants.insert(0, variant)
         x = diff + data
+        if draws is not None:
+            variant.replay = draws.replay(variant.replay)
+            x = x + list(draws.recorded())
         try:
-            value, grads = variant.replay(x[0] if len(x) == 1 else x)
+            value, grads = first(x[0] if len(x) == 1 else tuple(x))
         except BranchChanged:
             # C and numpy rounded a comparison differently at a tie: this point
             # is on a boundary; answer from the recording itself.
@@ -490,6 +655,103 @@ class GradFunction:
 
     def clear_cache(self):
         self._cache.clear()
+
+
+class _DrawingGenerator(np.random.Generator):
+    """Stands in, while f is recorded, for a numpy Generator passed to f as an
+    argument, drawing from the same bit generator.  standard_normal, random
+    and standard_exponential called with a size alone return the numbers as
+    tracked tape inputs, so every use of them is on the tape (or an escape
+    such as float(z) fails the recording, which is then redone with plain
+    draws); each replay refills those inputs by the same calls, in order, on
+    the same generator -- the numbers a re-run of f would draw.  Any other
+    method marks the recording not replayable (f is then recorded on every
+    call)."""
+
+    _REPLAYABLE = ("standard_normal", "random", "standard_exponential")
+
+    def __init__(self, gen, tape, log):
+        np.random.Generator.__init__(self, gen.bit_generator)
+        self._rt = (gen, tape, log)
+        self._rt_opaque = False
+
+    def __getattribute__(self, name):
+        if not name.startswith("_") and name not in _DrawingGenerator._REPLAYABLE \
+                and name not in ("bit_generator", "spawn"):
+            object.__setattr__(self, "_rt_opaque", True)
+        return object.__getattribute__(self, name)
+
+    def _rt_draw(self, name, args, kwargs):
+        value = getattr(np.random.Generator, name)(self, *args, **kwargs)
+        if len(args) + len(kwargs) > 1 or (kwargs and "size" not in kwargs):
+            object.__setattr__(self, "_rt_opaque", True)     # dtype, out, loc...: not replayed
+            return value
+        gen, tape, log = self._rt
+        size = args[0] if args else kwargs.get("size")
+        log.append((gen, name, size))
+        return tape.track(value)
+
+    def standard_normal(self, *args, **kwargs):
+        return self._rt_draw("standard_normal", args, kwargs)
+
+    def random(self, *args, **kwargs):
+        return self._rt_draw("random", args, kwargs)
+
+    def standard_exponential(self, *args, **kwargs):
+        return self._rt_draw("standard_exponential", args, kwargs)
+
+
+class _DrawInputs:
+    """The Generator arguments of one recording, replaced by
+    _DrawingGenerator, and the draws logged as tape inputs."""
+
+    def __init__(self, tape, targs):
+        self.tape, self.log, self.proxies, self.streams, self.before = tape, [], [], {}, []
+        for i, a in enumerate(targs):
+            if type(a) is np.random.Generator:
+                p = _DrawingGenerator(a, tape, self.log)
+                targs[i] = p
+                self.proxies.append(p)
+                self.streams[id(a.bit_generator)] = a.bit_generator
+                self.before.append((a.bit_generator, a.bit_generator.state))
+        self.n_inputs = len(tape._inputs)
+
+    def __bool__(self):
+        return bool(self.proxies)
+
+    def rewind(self):
+        for bg, state in self.before:
+            bg.state = state
+
+    def exact(self, watcher):
+        """The logged calls account for every move of the generators."""
+        if any(p._rt_opaque for p in self.proxies):
+            return False
+        copies = {id(bg): np.random.Generator(type(bg)()) for bg, _ in self.before}
+        for bg, state in self.before:
+            copies[id(bg)].bit_generator.state = state
+        for gen, name, size in self.log:
+            getattr(copies[id(gen.bit_generator)], name)(size=size)
+        return all(_freeze(copies[id(bg)].bit_generator.state) == _freeze(bg.state)
+                   for bg, _ in self.before)
+
+    def recorded(self):
+        return tuple(self.tape._vals[t._id] for t in self.tape._inputs[self.n_inputs:])
+
+    def replay(self, value_and_gradient):
+        steps = [(getattr(gen, name), size) for gen, name, size in self.log]
+        streams = [bg for bg, _ in self.before]
+
+        def replay(x):
+            saved = [bg.state for bg in streams]
+            xs = (x if type(x) is tuple else (x,)) + tuple(draw(size=size) for draw, size in steps)
+            try:
+                return value_and_gradient(xs)
+            except BaseException:       # a branch guard failed: as if this call never drew
+                for bg, st in zip(streams, saved):
+                    bg.state = st
+                raise
+        return replay
 
 
 def _static_key(a):

@@ -323,6 +323,79 @@ def chain(L: int = 1000) -> Workload:
     )
 
 
+# --------------------------------------------------------------------------
+# Gaussian-process marginal likelihood (Cholesky-based)
+
+
+def gp(n: int = 200, seed: int = 0) -> Workload:
+    """GP regression log marginal likelihood, squared-exponential kernel;
+    x = [log amplitude, log lengthscale, log noise sd].
+
+    K = a^2 exp(-(t_i - t_j)^2 / (2 l^2)) + s^2 I,  L = cholesky(K),
+    logp = -0.5 |L^-1 y|^2 - sum(log diag L) - n/2 log(2 pi).
+    t ~ U(-3, 3) sorted, y = sin(t) + 0.1 N(0, 1), from default_rng(seed).
+    ``f`` uses np.linalg.cholesky and scipy.linalg.solve_triangular (scipy
+    optional: revtape.linalg's own when scipy is missing); no hand-written
+    C reference (``c_name`` is None).
+    """
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(-3.0, 3.0, n))
+    y = np.sin(t) + 0.1 * rng.standard_normal(n)
+    D2 = (t[:, None] - t[None, :]) ** 2
+    eye = np.eye(n)
+    half_log_2pi = 0.5 * n * math.log(2.0 * math.pi)
+    try:
+        from scipy.linalg import solve_triangular
+    except ImportError:  # pragma: no cover
+        from .linalg import solve_triangular
+
+    def f(x):
+        amp2, inv_ls2, noise2 = np.exp(2.0 * x[0]), np.exp(-2.0 * x[1]), np.exp(2.0 * x[2])
+        K = amp2 * np.exp(-0.5 * inv_ls2 * D2) + noise2 * eye
+        L = np.linalg.cholesky(K)
+        alpha = solve_triangular(L, y, lower=True)
+        return -0.5 * (alpha @ alpha) - np.sum(np.log(np.diagonal(L))) - half_log_2pi
+
+    def numpy_vg(x):
+        # the textbook analytic gradient (Rasmussen & Williams eq. 5.9):
+        # d logp / d theta = 0.5 tr((alpha alpha^T - K^-1) dK/dtheta)
+        try:
+            from scipy.linalg import cho_factor, cho_solve
+            c = cho_factor(K_of(x)[0], lower=True, check_finite=False)
+            solve = lambda b: cho_solve(c, b, check_finite=False)
+            L = c[0]
+        except ImportError:  # pragma: no cover
+            L = np.linalg.cholesky(K_of(x)[0])
+            solve = lambda b: np.linalg.solve(L.T, np.linalg.solve(L, b))
+        K, Kf, inv_ls2, noise2 = K_of(x)
+        alpha = solve(y)
+        v = -0.5 * (y @ alpha) - np.sum(np.log(np.diagonal(L))) - half_log_2pi
+        W = np.outer(alpha, alpha) - solve(eye)
+        g = np.array([np.sum(W * Kf), 0.5 * inv_ls2 * np.sum(W * Kf * D2),
+                      noise2 * np.trace(W)])
+        return float(v), g
+
+    def K_of(x):
+        amp2, inv_ls2, noise2 = math.exp(2.0 * x[0]), math.exp(-2.0 * x[1]), math.exp(2.0 * x[2])
+        Kf = amp2 * np.exp(-0.5 * inv_ls2 * D2)
+        return Kf + noise2 * eye, Kf, inv_ls2, noise2
+
+    return Workload(
+        name="gp",
+        f=f,
+        x0=np.array([0.1, -0.2, -1.0]),
+        numpy_vg=numpy_vg,
+        c_name=None,
+        data={"t": t, "y": y},
+        params={"n": n, "seed": seed},
+    )
+
+
+# Workloads without a hand-written C reference (not in ALL, whose every
+# entry has one); benchmarks/test_gp.py runs them.
+EXTRA = {"gp": gp}
+
+
 ALL = {
     "eight-schools": eight_schools,
     "rosenbrock-loop": rosenbrock_loop,

@@ -31,7 +31,7 @@ import numpy as np
 from . import columns as C
 from .hmc import N_LEAPFROG, STEP_SIZE, hmc
 
-WORKLOADS = ["eight-schools", "rosenbrock-loop", "rosenbrock-vec", "logreg", "chain", "hmc",
+WORKLOADS = ["eight-schools", "rosenbrock-loop", "rosenbrock-vec", "logreg", "chain", "gp", "hmc",
              "threads"]
 CHAIN_SIZES = {"quick": [10**3, 10**4], "default": [10**3, 10**4, 10**5],
                "full": [10**3, 10**4, 10**5, 10**6]}
@@ -298,7 +298,7 @@ class Bench:
             key = f"chain L={L}"
             size = {"L": L}
         else:
-            wl = C.W.ALL[kind]()
+            wl = (C.W.ALL.get(kind) or C.W.EXTRA[kind])()
             key = kind
             size = {k: v for k, v in wl.params.items() if k != "seed"} or {
                 "n": int(np.size(wl.x0))}

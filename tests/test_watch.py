@@ -1,0 +1,904 @@
+"""rt.grad in real programs (issue 11 items 1, 2, 4, 6): random draws are never
+frozen, attributes of objects f reaches are guarded, recording coexists with
+profilers/tracers, and the first call does not scan the heap."""
+
+import cProfile
+import gc
+import pstats
+import random
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import revtape as rt
+
+X3 = np.array([0.5, -1.0, 2.0])
+
+
+# ---------------------------------------------------------------- 1. random draws
+
+# (make f from a generator, the analytic gradient from a twin generator)
+def _std_normal(r):
+    return (lambda x: np.sum((x + r.standard_normal(3)) ** 2),
+            lambda x: 2 * (x + r.standard_normal(3)))
+
+
+def _normal(r):
+    return (lambda x: np.sum((x - r.normal(1.0, 2.0, size=3)) ** 2),
+            lambda x: 2 * (x - r.normal(1.0, 2.0, size=3)))
+
+
+def _uniform(r):
+    return (lambda x: np.sum(x * r.uniform(-1.0, 3.0, size=3)),
+            lambda x: r.uniform(-1.0, 3.0, size=3))
+
+
+def _random(r):
+    return lambda x: np.sum(x ** 2 * r.random(3)), lambda x: 2 * x * r.random(3)
+
+
+def _std_exponential(r):
+    return (lambda x: np.sum(x ** 2 * r.standard_exponential(3)),
+            lambda x: 2 * x * r.standard_exponential(3))
+
+
+def _exponential(r):
+    return (lambda x: np.sum(x * r.exponential(2.0, 3)), lambda x: r.exponential(2.0, 3))
+
+
+def _integers(r):
+    return (lambda x: np.sum(x * r.integers(0, 5, size=3)),
+            lambda x: r.integers(0, 5, size=3).astype(float))
+
+
+def _choice(r):
+    def f(x):
+        idx = r.choice(3, 2, replace=False)
+        return np.sum(x[idx] ** 2)
+
+    def df(x):
+        g = np.zeros(3)
+        idx = r.choice(3, 2, replace=False)
+        g[idx] = 2 * x[idx]
+        return g
+    return f, df
+
+
+def _permutation(r):
+    return (lambda x: np.sum(x * np.arange(3.0)[r.permutation(3)]),
+            lambda x: np.arange(3.0)[r.permutation(3)])
+
+
+def _shuffle(r):
+    def f(x):
+        a = np.arange(3.0)
+        r.shuffle(a)
+        return np.sum(x * a)
+
+    def df(x):
+        a = np.arange(3.0)
+        r.shuffle(a)
+        return a
+    return f, df
+
+
+GENERATOR_CASES = [_std_normal, _normal, _uniform, _random, _std_exponential, _exponential,
+                   _integers, _choice, _permutation, _shuffle]
+
+
+def _quiet(fn, *a):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rt.RandomDrawWarning)
+        return fn(*a)
+
+
+@pytest.mark.parametrize("case", GENERATOR_CASES, ids=lambda c: c.__name__[1:])
+def test_generator_draws_are_fresh_on_every_call_like_a_rerun(case):
+    rng, twin = np.random.default_rng(7), np.random.default_rng(7)
+    f, _ = case(rng)
+    _, df = case(twin)
+    g = rt.grad(f)
+    for k in range(4):
+        x = X3 * (k + 1)
+        np.testing.assert_allclose(_quiet(g, x), df(x), rtol=1e-14, atol=1e-300)
+    # the generator advanced exactly as four runs of f advance it
+    assert rng.bit_generator.state == twin.bit_generator.state
+    assert g.cache_info().eager
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_draw_transformed_to_match_itself_is_still_fresh(seed):
+    # abs(z) == z whenever z > 0: checking values on a sample run cannot tell
+    # them apart, so nothing may assume a tape constant equal to a draw is it
+    rng, twin = np.random.default_rng(seed), np.random.default_rng(seed)
+    g = rt.grad(lambda x: x[0] * np.abs(rng.standard_normal()) + np.sum(x * rng.random(3)))
+    for _ in range(4):
+        want = np.abs(twin.standard_normal()) * np.array([1.0, 0, 0]) + twin.random(3)
+        np.testing.assert_allclose(_quiet(g, X3), want, rtol=1e-14)
+
+
+# A Generator passed as an argument: its plain draws become tape inputs that
+# each call refills from it, so the tape stays compiled.
+
+def _svi_loss(w, rng):
+    z = rng.standard_normal(3)
+    return np.sum((w + np.exp(w) * np.abs(z)) ** 2) + w[0] * rng.random() \
+        + np.sum(w * rng.standard_exponential(3))
+
+
+def _svi_grad(w, rng):
+    z, u, e = np.abs(rng.standard_normal(3)), rng.random(), rng.standard_exponential(3)
+    r = w + np.exp(w) * z
+    g = 2 * r * (1 + np.exp(w) * z) + e
+    g[0] += u
+    return g
+
+
+def test_generator_argument_draws_are_replayed_compiled_and_fresh():
+    rng, twin = np.random.default_rng(5), np.random.default_rng(5)
+    g = rt.grad(_svi_loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # nothing to warn about: nothing frozen
+        for k in range(6):
+            w = X3 * (k - 2) / 3
+            np.testing.assert_allclose(g(w, rng), _svi_grad(w, twin), rtol=1e-13)
+    info = g.cache_info()
+    assert info.records == 1 and info.replays == 5 and not info.eager
+    assert rng.bit_generator.state == twin.bit_generator.state
+
+
+def test_generator_argument_replay_survives_branches_without_extra_draws():
+    def f(x, rng):
+        e = rng.standard_normal(3)
+        if x[0] > 0:                   # a branch on x: two variants
+            return np.sum(x * e)
+        if e[0] > 0:                   # a branch on the draw: a guard on a tape input
+            return np.sum(x ** 2 * e)
+        return np.sum(x ** 3 * e)
+
+    def df(x, rng):
+        e = rng.standard_normal(3)
+        if x[0] > 0:
+            return e
+        return 2 * x * e if e[0] > 0 else 3 * x ** 2 * e
+
+    rng, twin = np.random.default_rng(31), np.random.default_rng(31)
+    g = rt.grad(f)
+    for k in range(12):
+        x = X3 * (1 if k % 3 else -1) * (1 + k / 10)
+        np.testing.assert_allclose(g(x, rng), df(x, twin), rtol=1e-13)
+    assert rng.bit_generator.state == twin.bit_generator.state
+    assert g.cache_info().branch_failures > 0
+
+
+@pytest.mark.parametrize("draw, plain", [
+    (lambda r: abs(float(r.standard_normal())), lambda r: abs(r.standard_normal())),
+    (lambda r: r.normal(1.0, 2.0, size=3), lambda r: r.normal(1.0, 2.0, size=3)),
+    (lambda r: r.standard_normal(3).astype(np.float32).astype(float),
+     lambda r: r.standard_normal(3).astype(np.float32).astype(float)),
+    (lambda r: r.choice(5, 3), lambda r: r.choice(5, 3).astype(float)),
+])
+def test_generator_argument_draws_that_cannot_be_inputs_stay_fresh(draw, plain):
+    def f(x, rng):
+        return np.sum(x * draw(rng)) + np.sum(x * rng.standard_normal(3))
+
+    rng, twin = np.random.default_rng(9), np.random.default_rng(9)
+    g = rt.grad(f)
+    for _ in range(4):
+        want = plain(twin) + twin.standard_normal(3)
+        np.testing.assert_allclose(_quiet(g, X3, rng), want * np.ones(3), rtol=1e-14)
+    assert g.cache_info().eager
+    assert rng.bit_generator.state == twin.bit_generator.state
+
+
+def test_legacy_numpy_random_functions_are_fresh():
+    def f(x):
+        return np.sum(x * np.random.normal(size=3)) + x[0] * np.random.rand()
+
+    np.random.seed(3)
+    g = rt.grad(f)
+    got = [_quiet(g, X3) for _ in range(3)]
+    twin = np.random.RandomState(3)
+    for gr in got:
+        expected = twin.normal(size=3)
+        expected[0] += twin.rand()
+        np.testing.assert_allclose(gr, expected, rtol=1e-14)
+
+
+def test_randomstate_object_and_python_random_are_fresh():
+    rs, r = np.random.RandomState(5), random.Random(5)
+
+    def f(x):
+        return np.sum(x * rs.randn(3)) + x[1] * r.gauss(0.0, 1.0) + x[2] * random.random()
+
+    random.seed(11)
+    g = rt.grad(f)
+    got = [_quiet(g, X3) for _ in range(3)]
+    rs2, r2, r3 = np.random.RandomState(5), random.Random(5), random.Random(11)
+    for gr in got:
+        e = rs2.randn(3)
+        e[1] += r2.gauss(0.0, 1.0)
+        e[2] += r3.random()
+        np.testing.assert_allclose(gr, e, rtol=1e-14)
+
+
+class Noisy:
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def loss(self, x):
+        return np.sum((x - self.rng.standard_normal(3)) ** 2)
+
+
+def test_draws_through_self_and_through_an_argument():
+    m, twin = Noisy(1), np.random.default_rng(1)
+    vg = rt.value_and_grad(m.loss)
+    for _ in range(3):
+        v, gr = _quiet(vg, X3)
+        e = twin.standard_normal(3)
+        assert v == pytest.approx(np.sum((X3 - e) ** 2), rel=1e-14)
+        np.testing.assert_allclose(gr, 2 * (X3 - e), rtol=1e-14)
+
+    def loss(x, rng):
+        return np.sum(x * rng.uniform(size=3))
+
+    rng, twin = np.random.default_rng(2), np.random.default_rng(2)
+    g = rt.grad(loss)
+    for _ in range(3):
+        np.testing.assert_allclose(_quiet(g, X3, rng), twin.uniform(size=3))
+
+
+class _Sampler:
+    def __init__(self, seed):
+        self.rngs = [np.random.default_rng(seed)]
+
+
+class _Deep:
+    def __init__(self, seed):
+        self.sampler = _Sampler(seed)
+
+    def loss(self, x):
+        return np.sum(x * self.sampler.rngs[0].standard_normal(3))
+
+
+def test_generator_two_attributes_deep_in_a_list():
+    m, twin = _Deep(6), np.random.default_rng(6)
+    g = rt.grad(m.loss)
+    for _ in range(3):
+        np.testing.assert_allclose(_quiet(g, X3), twin.standard_normal(3))
+
+
+def test_generator_made_inside_f_is_not_frozen():
+    def f(x):
+        rng = np.random.default_rng()          # fresh entropy on every run
+        e = rng.standard_normal(3)
+        return np.sum(x * e)
+
+    g = rt.grad(f)
+    a, b = _quiet(g, X3), _quiet(g, X3)
+    assert not np.array_equal(a, b)
+
+
+def test_generator_made_and_drawn_in_one_expression_is_not_frozen():
+    def f(x):
+        return np.sum(x * np.random.default_rng().standard_normal(3))
+
+    g = rt.grad(f)
+    a, b = _quiet(g, X3), _quiet(g, X3)
+    assert not np.array_equal(a, b)
+
+
+def test_draw_only_on_one_branch_becomes_fresh_when_that_branch_runs():
+    rng, twin = np.random.default_rng(4), np.random.default_rng(4)
+
+    def f(x):
+        if x[0] > 0:
+            return np.sum(x * rng.standard_normal(3))
+        return np.sum(x ** 2)
+
+    g = rt.grad(f)
+    np.testing.assert_allclose(g(-X3), -2 * X3)          # no draw: compiled and cached
+    assert not g.cache_info().eager
+    for _ in range(3):
+        np.testing.assert_allclose(_quiet(g, X3), twin.standard_normal(3), rtol=1e-14)
+
+
+def test_grad_warns_once_naming_the_draw_site():
+    rng = np.random.default_rng(0)
+
+    def f(x):
+        return np.sum(x * rng.standard_normal(3))
+
+    line = f.__code__.co_firstlineno + 1
+    g = rt.grad(f)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            g(X3)
+    draws = [x for x in w if issubclass(x.category, rt.RandomDrawWarning)]
+    assert len(draws) == 1
+    assert issubclass(rt.RandomDrawWarning, RuntimeWarning)
+    msg = str(draws[0].message)
+    assert f"{__file__}:{line}" in msg
+    assert draws[0].filename == __file__           # points at the user's call
+
+
+class _Hyper:
+    beta = 2.0          # also the name of a Generator method
+
+
+def test_draw_site_is_the_line_that_draws():
+    rng, m = np.random.default_rng(0), _Hyper()
+
+    def f(x):
+        b = m.beta
+        e = rng.normal(size=3)
+        return b * np.sum(x * e)
+
+    line = f.__code__.co_firstlineno + 2
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        rt.grad(f)(X3)
+    (draw,) = [x for x in w if issubclass(x.category, rt.RandomDrawWarning)]
+    assert f" at {__file__}:{line}" in str(draw.message)
+
+
+def test_no_draw_no_warning_and_compiled():
+    rng = np.random.default_rng(0)
+    noise = rng.standard_normal(3)
+
+    def f(x, r=rng):                 # reaches a generator, never draws from it
+        return np.sum(x * noise)
+
+    g = rt.grad(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            np.testing.assert_allclose(g(X3), noise)
+        rt.GradientTape(f, X3)
+    assert g.cache_info().records == 1 and not g.cache_info().eager
+
+
+def test_minibatch_sgd_with_choice_matches_numpy_and_converges():
+    data = np.random.default_rng(10)
+    A = data.normal(size=(200, 3))
+    w_true = np.array([1.0, -2.0, 0.5])
+    b = A @ w_true + 0.1 * data.normal(size=200)
+    w_opt = np.linalg.lstsq(A, b, rcond=None)[0]
+
+    def run(grad_fn, rng):
+        w = np.zeros(3)
+        for step in range(400):
+            w = w - 0.05 / (1 + step / 100) * grad_fn(w, rng)
+        return w
+
+    def loss(w, rng):
+        idx = rng.choice(200, 20, replace=False)
+        r = A[idx] @ w - b[idx]
+        return np.mean(r ** 2)
+
+    def numpy_grad(w, rng):
+        idx = rng.choice(200, 20, replace=False)
+        return 2 * A[idx].T @ (A[idx] @ w - b[idx]) / 20
+
+    g = rt.grad(loss)
+    w_rt = _quiet(run, g, np.random.default_rng(99))
+    w_np = run(numpy_grad, np.random.default_rng(99))
+    np.testing.assert_allclose(w_rt, w_np, rtol=1e-10)
+    np.testing.assert_allclose(w_rt, w_opt, atol=0.05)
+
+
+@pytest.mark.parametrize("make", [rt.GradientTape, rt.JacobianTape, rt.HessianTape])
+def test_explicit_tapes_keep_draws_but_warn_with_site_and_how_to_silence(make):
+    rng = np.random.default_rng(0)
+
+    def f(x):
+        return np.sum(x ** 2 * rng.standard_normal(3))
+
+    line = f.__code__.co_firstlineno + 1
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        tape = make(f, X3)
+    draws = [x for x in w if issubclass(x.category, rt.RandomDrawWarning)]
+    assert len(draws) == 1
+    msg = str(draws[0].message)
+    assert f"{__file__}:{line}" in msg
+    assert "filterwarnings" in msg and "RandomDrawWarning" in msg
+    assert draws[0].filename == __file__           # the line that made the tape
+    if make is rt.GradientTape:            # a recording: replays reuse the numbers
+        e = np.random.default_rng(0).standard_normal(3)
+        np.testing.assert_allclose(tape.gradient(X3), 2 * X3 * e)
+        np.testing.assert_allclose(tape.gradient(X3), 2 * X3 * e)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=rt.RandomDrawWarning)
+        make(f, X3)
+
+
+def test_one_shot_helpers_use_this_runs_draws_without_warning():
+    rng, twin = np.random.default_rng(12), np.random.default_rng(12)
+
+    def f(x):
+        return np.sum(x ** 3 * rng.standard_normal(3))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e = twin.standard_normal(3)
+        np.testing.assert_allclose(rt.gradient(f, X3), 3 * X3 ** 2 * e)
+        e = twin.standard_normal(3)
+        v, gr = rt.value_and_gradient(f, X3)
+        assert v == pytest.approx(np.sum(X3 ** 3 * e))
+        e = twin.standard_normal(3)
+        np.testing.assert_allclose(rt.hessian(f, X3), np.diag(6 * X3 * e))
+        e = twin.standard_normal(3)
+        np.testing.assert_allclose(rt.hvp(f, X3, np.ones(3)), 6 * X3 * e)
+        e = twin.standard_normal(3)
+        np.testing.assert_allclose(rt.jacobian(lambda x: x ** 2 * rng.standard_normal(3), X3),
+                                   np.diag(2 * X3 * e))
+
+
+# ---------------------------------------------------------------- 2. attribute guards
+
+class Model:
+    def __init__(s, y):
+        s.y = y
+
+    def logp(s, mu):
+        return -0.5 * np.sum((s.y - mu) ** 2)
+
+
+def test_issue_reproducer_rebinding_self_y():
+    m = Model(np.array([1.0, 2, 3]))
+    g = rt.grad(m.logp)
+    assert g(0.0) == 6.0
+    assert g(0.0) == 6.0
+    assert g.cache_info().records == 1
+    m.y = np.array([10.0, 20, 30])
+    assert g(0.0) == 60.0
+
+
+class Prior:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+class Hier:
+    def __init__(self):
+        self.prior = Prior(2.0)
+
+    def logp(self, x):
+        return -np.sum(x ** 2) / self.prior.scale
+
+
+def test_nested_attribute_chain_and_scalar_equality():
+    m = Hier()
+    g = rt.grad(m.logp)
+    np.testing.assert_allclose(g(X3), -X3)
+    m.prior.scale = 4.0
+    np.testing.assert_allclose(g(X3), -X3 / 2)
+    m.prior = Prior(1.0)
+    np.testing.assert_allclose(g(X3), -2 * X3)
+    n = g.cache_info().records
+    m.prior.scale = float("1.0")              # an equal value: nothing to re-record
+    np.testing.assert_allclose(g(X3), -2 * X3)
+    assert g.cache_info().records == n
+
+
+class Slotted:
+    __slots__ = ("w", "b")
+
+    def __init__(self, w, b):
+        self.w, self.b = w, b
+
+    def __call__(self, x):
+        return np.sum(self.w * x) + self.b * x[0]
+
+
+def test_slots_and_callable_object():
+    s = Slotted(np.array([1.0, 2.0, 3.0]), 1.0)
+    g = rt.grad(s)
+    np.testing.assert_allclose(g(X3), [2.0, 2.0, 3.0])
+    s.w = np.array([0.0, 1.0, 0.0])
+    np.testing.assert_allclose(g(X3), [1.0, 1.0, 0.0])
+    s.b = 5.0
+    np.testing.assert_allclose(g(X3), [5.0, 1.0, 0.0])
+
+
+class WithProperty:
+    def __init__(self, y):
+        self._y = y
+
+    @property
+    def y(self):
+        return self._y
+
+    @property
+    def y2(self):
+        return self._y * 2.0          # a new array on every access
+
+    def logp(self, x):
+        return np.sum(x * self.y) + np.sum(x * self.y2)
+
+
+def test_property_is_followed_not_frozen():
+    m = WithProperty(np.array([1.0, 2.0, 3.0]))
+    g = rt.grad(m.logp)
+    for _ in range(3):
+        np.testing.assert_allclose(g(X3), [3.0, 6.0, 9.0])
+    assert g.cache_info().records == 1          # a fresh array from y2 is no change
+    m._y = np.array([1.0, 0.0, 0.0])
+    np.testing.assert_allclose(g(X3), [3.0, 0.0, 0.0])
+
+
+def test_closure_captured_object_attribute():
+    m = Model(np.array([1.0, 2.0, 3.0]))
+
+    def f(mu):
+        return -0.5 * np.sum((m.y - mu) ** 2)
+
+    g = rt.grad(f)
+    assert g(0.0) == 6.0
+    m.y = np.array([10.0, 20, 30])
+    assert g(0.0) == 60.0
+
+
+CONFIG = Model(np.array([1.0, 2.0, 3.0]))
+
+
+def _global_logp(mu):
+    return -0.5 * np.sum((CONFIG.y - mu) ** 2)
+
+
+def test_global_object_attribute():
+    g = rt.grad(_global_logp)
+    assert g(0.0) == 6.0
+    CONFIG.y = np.array([10.0, 20, 30])
+    try:
+        assert g(0.0) == 60.0
+    finally:
+        CONFIG.y = np.array([1.0, 2.0, 3.0])
+
+
+class Scaled:
+    scale = 2.0
+
+    def logp(self, x):
+        return self.scale * np.sum(x ** 2)
+
+
+def test_class_attribute_and_instance_shadowing():
+    m = Scaled()
+    g = rt.grad(m.logp)
+    np.testing.assert_allclose(g(X3), 4 * X3)
+    m.scale = 3.0                                  # shadows the class attribute
+    np.testing.assert_allclose(g(X3), 6 * X3)
+    other = Scaled()
+    g2 = rt.grad(other.logp)
+    g2(X3)
+    Scaled.scale = 5.0
+    try:
+        np.testing.assert_allclose(g2(X3), 10 * X3)
+    finally:
+        Scaled.scale = 2.0
+
+
+def test_attribute_of_a_static_argument_object():
+    def f(x, model):
+        return np.sum(x * model.y)
+
+    m = Model(np.array([1.0, 2.0, 3.0]))
+    g = rt.grad(f)
+    np.testing.assert_allclose(g(X3, m), [1.0, 2.0, 3.0])
+    m.y = np.array([3.0, 2.0, 1.0])
+    np.testing.assert_allclose(g(X3, m), [3.0, 2.0, 1.0])
+
+
+def test_function_stored_on_an_object_is_guarded_with_its_code():
+    def square(v):
+        return v ** 2
+
+    class Glm:
+        def __init__(self):
+            self.link = square
+
+        def loss(self, x):
+            return np.sum(self.link(x))
+
+    m = Glm()
+    g = rt.grad(m.loss)
+    np.testing.assert_allclose(g(X3), 2 * X3)
+    old = square.__code__
+    try:
+        square.__code__ = (lambda v: v ** 3).__code__
+        np.testing.assert_allclose(g(X3), 3 * X3 ** 2)
+    finally:
+        square.__code__ = old
+    m.link = np.sin
+    np.testing.assert_allclose(g(X3), np.cos(X3))
+
+
+def test_objects_in_a_list_attribute():
+    class Layer:
+        def __init__(self, w):
+            self.w = w
+
+    class Net:
+        def __init__(self):
+            self.layers = [Layer(1.0), Layer(2.0)]
+
+        def loss(self, x):
+            out = x
+            for layer in self.layers:
+                out = out * layer.w
+            return np.sum(out)
+
+    net = Net()
+    g = rt.grad(net.loss)
+    np.testing.assert_allclose(g(X3), 2.0 * np.ones(3))
+    net.layers[1].w = 3.0
+    np.testing.assert_allclose(g(X3), 3.0 * np.ones(3))
+
+
+# ---------------------------------------------------------------- 4. profilers and tracers
+
+def _fresh_f():
+    def traced_model(x):
+        return np.sum(np.sin(x) ** 2)
+    return traced_model
+
+
+def _expected(x):
+    return 2 * np.sin(x) * np.cos(x)
+
+
+def _after_the_call():
+    return None
+
+
+def test_first_call_under_cprofile_and_the_profiler_keeps_collecting():
+    f = _fresh_f()
+    g = rt.grad(f)
+    p = cProfile.Profile()
+    p.enable()
+    try:
+        got = g(X3)
+        _after_the_call()
+    finally:
+        p.disable()
+    np.testing.assert_allclose(got, _expected(X3))
+    names = {k[2] for k in pstats.Stats(p).stats}
+    assert "traced_model" in names                 # the recording run was profiled too
+    assert "_after_the_call" in names              # and the profiler is still on after it
+    np.testing.assert_allclose(g(X3), _expected(X3))
+
+
+def test_draws_are_seen_under_cprofile_too():
+    rng, twin = np.random.default_rng(1), np.random.default_rng(1)
+    g = rt.grad(lambda x: np.sum(x * rng.standard_normal(3)))
+    p = cProfile.Profile()
+    p.enable()
+    try:
+        got = [_quiet(g, X3) for _ in range(2)]
+    finally:
+        p.disable()
+    for gr in got:
+        np.testing.assert_allclose(gr, twin.standard_normal(3))
+
+
+def test_first_call_under_the_pure_python_profiler():
+    import profile
+
+    f = _fresh_f()
+    p = profile.Profile()
+    got = p.runcall(rt.grad(f), X3)
+    np.testing.assert_allclose(got, _expected(X3))
+    assert "traced_model" in {k[2] for k in pstats.Stats(p).stats}
+
+
+def test_first_call_under_a_python_profile_hook_chains_it():
+    f = _fresh_f()
+    seen = []
+
+    def hook(frame, event, arg):
+        if event == "call":
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(hook)
+    try:
+        got = rt.grad(f)(X3)
+        still = sys.getprofile()
+    finally:
+        sys.setprofile(None)
+    np.testing.assert_allclose(got, _expected(X3))
+    assert still is hook and "traced_model" in seen
+
+
+def test_first_call_under_settrace_and_the_tracer_keeps_running():
+    f = _fresh_f()
+    events = []
+
+    def local(frame, event, arg):
+        events.append((frame.f_code.co_name, event))
+        return local
+
+    def tracer(frame, event, arg):
+        events.append((frame.f_code.co_name, event))
+        return local
+
+    sys.settrace(tracer)
+    try:
+        got = rt.grad(f)(X3)
+        still = sys.gettrace()
+    finally:
+        sys.settrace(None)
+    np.testing.assert_allclose(got, _expected(X3))
+    assert still is tracer
+    assert ("traced_model", "call") in events and ("traced_model", "line") in events
+
+
+def test_under_cprofile_and_a_tracer_together():
+    f = _fresh_f()
+    events = []
+
+    def tracer(frame, event, arg):
+        events.append(frame.f_code.co_name)
+        return None
+
+    p = cProfile.Profile()
+    sys.settrace(tracer)
+    p.enable()
+    try:
+        got = rt.grad(f)(X3)
+        still = sys.gettrace()
+    finally:
+        p.disable()
+        sys.settrace(None)
+    np.testing.assert_allclose(got, _expected(X3))
+    assert still is tracer and "traced_model" in events
+    assert "traced_model" in {k[2] for k in pstats.Stats(p).stats}
+
+
+def test_an_exception_in_f_leaves_every_hook_as_it_was():
+    def hook(frame, event, arg):
+        pass
+
+    def bad(x):
+        raise ValueError("inside f")
+
+    sys.setprofile(hook)
+    try:
+        with pytest.raises(ValueError, match="inside f"):
+            rt.grad(bad)(X3)
+        with pytest.raises(ValueError, match="inside f"):
+            rt.GradientTape(bad, X3)
+        assert sys.getprofile() is hook
+    finally:
+        sys.setprofile(None)
+    if sys.version_info >= (3, 12):
+        assert all(sys.monitoring.get_tool(i) is None for i in range(6))
+
+
+def test_recording_inside_a_coverage_like_tracer():
+    lines = set()
+    target = _fresh_f()
+
+    def cover(frame, event, arg):
+        if event == "line" and frame.f_code is target.__code__:
+            lines.add(frame.f_lineno)
+        return cover
+
+    sys.settrace(cover)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            g = rt.grad(target)
+            g(X3)
+            tape = rt.GradientTape(target, X3)
+    finally:
+        sys.settrace(None)
+    assert lines == {target.__code__.co_firstlineno + 1}
+    np.testing.assert_allclose(tape.gradient(X3), _expected(X3))
+    np.testing.assert_allclose(g(2 * X3), _expected(2 * X3))
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_monitoring_tool_ids_are_borrowed_and_returned():
+    mon = sys.monitoring
+    before = [mon.get_tool(i) for i in range(6)]
+    f = _fresh_f()
+    np.testing.assert_allclose(rt.grad(f)(X3), _expected(X3))
+    assert [mon.get_tool(i) for i in range(6)] == before
+    # every tool id held by someone else: recording still works, and a draw is seen
+    taken = [i for i in range(6) if mon.get_tool(i) is None]
+    for i in taken:
+        mon.use_tool_id(i, "someone else")
+    try:
+        np.testing.assert_allclose(rt.grad(_fresh_f())(X3), _expected(X3))
+        rng, twin = np.random.default_rng(8), np.random.default_rng(8)
+        g = rt.grad(lambda x: np.sum(x * rng.standard_normal(3)))
+        for _ in range(2):
+            np.testing.assert_allclose(_quiet(g, X3), twin.standard_normal(3))
+    finally:
+        for i in taken:
+            mon.free_tool_id(i)
+
+
+def test_rt_grad_inside_a_recording():
+    inner = rt.grad(lambda y: np.sum(y ** 3))
+
+    def f(x):
+        return np.sum(x * inner(np.array([1.0, 2.0])).sum())
+
+    np.testing.assert_allclose(rt.grad(f)(X3), 15.0 * np.ones(3))
+    assert sys.getprofile() is None and sys.gettrace() is None
+
+
+def test_threads_recording_at_once():
+    import threading
+
+    def make(k):
+        def f(x):
+            y = x
+            for _ in range(50):
+                y = np.sin(y) + k
+            return np.sum(y)
+        return f
+
+    def expected(k, x):
+        y, d = x, np.ones_like(x)
+        for _ in range(50):
+            d = d * np.cos(y)
+            y = np.sin(y) + k
+        return d
+
+    errors = []
+
+    def work(k):
+        try:
+            for j in range(4):
+                np.testing.assert_allclose(rt.grad(make(k))(X3 + j), expected(k, X3 + j),
+                                           rtol=1e-12)
+        except Exception as e:          # reported below, in the main thread
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    assert sys.getprofile() is None and sys.gettrace() is None
+
+
+# ---------------------------------------------------------------- 6. first call: no heap scan
+
+def _helper(x):
+    return np.sum(x ** 2)
+
+
+def _uses_helper(x):
+    return _helper(x) + Terms().term(x)
+
+
+class Terms:
+    def term(self, x):
+        return np.sum(x)
+
+
+def test_first_call_does_not_scan_the_heap_and_still_sees_code_swaps(monkeypatch):
+    def no_scan(*a):
+        raise AssertionError("gc.get_referrers scans the whole heap")
+
+    monkeypatch.setattr(gc, "get_referrers", no_scan)
+    g = rt.grad(_uses_helper)
+    np.testing.assert_allclose(g(X3), 2 * X3 + 1)
+    old_helper, old_term = _helper.__code__, Terms.term.__code__
+    try:
+        _helper.__code__ = (lambda x: np.sum(x ** 3)).__code__
+        np.testing.assert_allclose(g(X3), 3 * X3 ** 2 + 1)
+        Terms.term.__code__ = (lambda self, x: np.sum(2 * x)).__code__
+        np.testing.assert_allclose(g(X3), 3 * X3 ** 2 + 2)
+    finally:
+        _helper.__code__, Terms.term.__code__ = old_helper, old_term
