@@ -340,3 +340,14 @@ def test_has_aux_and_pytrees_with_generator_draws_replayed_fresh():
         np.testing.assert_allclose(grads["mu"], 2 * w, rtol=1e-14)
         assert grads["ls"] == pytest.approx(np.sum(2 * w * np.exp(0.5) * z), rel=1e-13)
     assert g.cache_info().records == 1
+
+
+def test_cached_transforms_never_freeze_random_draws():
+    rng = np.random.default_rng(5)
+    noise = lambda x: np.sum(x ** 2 * rng.standard_normal(2))
+    H = rt.hessian(noise)
+    with pytest.warns(rt.RandomDrawWarning):
+        h1 = H(np.ones(2))
+    h2 = H(np.ones(2))
+    assert not np.array_equal(h1, h2)              # drawn afresh, not replayed as constants
+    assert H.cache_info().variants == 0

@@ -34,6 +34,7 @@ from .errors import BranchChanged, InputError, StaleTape
 from .functional import is_tracked, track_arg
 from .tape import Tape
 from .transforms import MAX_VARIANTS, StaleTapeWarning, _pre_snapshots, _Watcher, collect_guards
+from .watch import RandomDrawWarning
 
 KINDS = ("jacobian", "hessian", "hvp", "jvp")
 CacheInfo = namedtuple("CacheInfo", "records replays branch_failures stale variants")
@@ -90,6 +91,7 @@ class CachedTransform:
         self._lock = threading.Lock()
         self._stats = {"records": 0, "replays": 0, "branch_failures": 0, "stale": 0}
         self._warned = False
+        self._warned_draws = False
         self.__name__ = getattr(fun, "__name__", type(fun).__name__)
         self.__doc__ = getattr(fun, "__doc__", None)
         self.__wrapped__ = fun
@@ -166,7 +168,17 @@ class CachedTransform:
         # f runs outside the lock (it may call this transform itself); the
         # cache is changed under it, by replacing an entry's list whole, so a
         # thread iterating the old list never sees it change
-        ctape, guards = self._build(x, args, kwargs)
+        ctape, guards, draws = self._build(x, args, kwargs)
+        if draws:
+            # f draws random numbers: a cached program would replay them as
+            # constants, so nothing is cached and every call records afresh
+            if not self._warned_draws:
+                self._warned_draws = True
+                warnings.warn(f"{self.__name__} draws random numbers ({draws}); rt.{self.kind}"
+                              "(f) records it on every call so that each call draws afresh "
+                              "(correct, but not compiled). Pass the noise in as an argument",
+                              RandomDrawWarning, stacklevel=3)
+            return self._replay(ctape, x, v)
         var = _Variant(ctape, guards.compiled_check())
         with self._lock:
             variants = self._cache.get(key, [])
@@ -204,13 +216,14 @@ class CachedTransform:
         with gc_paused():
             out = watcher.run(fun, tx, *args, **kwargs)
         tape.finish(out)
-        guards = collect_guards(fun, watcher, pre)
+        guards = collect_guards(fun, watcher, pre, (x, *args), kwargs)
+        draws = watcher.draw_report() if getattr(watcher, "draws", None) else None
         if second_order:
             tape._scalar_output()
             htape = HessianTape._from_tape(tape)
             htape._parts = parts
-            return CompiledTape(htape), guards
-        return CompiledTape(tape), guards
+            return CompiledTape(htape), guards, draws
+        return CompiledTape(tape), guards, draws
 
     # ------------------------------------------------ copy and pickle
     # A copy starts with an empty cache (it records on its first call): the
