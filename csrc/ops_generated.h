@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "c9025cf6d6159358"
+#define RT_OP_TABLE_HASH "1d4804cc2a1e302c"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -143,7 +143,7 @@
     X(SINH, (sinh(x)), (cosh(x))) \
     X(COSH, (cosh(x)), (sinh(x))) \
     X(ARCTAN, (atan(x)), (1.0 / (1.0 + x * x))) \
-    X(ABS, (fabs(x)), ((double)((x > 0) - (x < 0)))) \
+    X(ABS, (fabs(x)), (x != x ? x : (double)((x > 0) - (x < 0)))) \
     X(GAMMALN, (rt_gammaln(x)), (rt_digamma(x))) \
     X(DIGAMMA, (rt_digamma(x)), (rt_trigamma(x))) \
     X(TRIGAMMA, (rt_trigamma(x)), (rt_tetragamma(x))) \
@@ -154,7 +154,7 @@
 /* Non-differentiable unary ops: X(NAME, value in x) */
 #define RT_UNARY_ND(X) \
     X(LOGICAL_NOT, ((double)(x == 0.0))) \
-    X(SIGN, ((double)((x > 0) - (x < 0)))) \
+    X(SIGN, (x != x ? x : (double)((x > 0) - (x < 0)))) \
     X(FLOOR, (floor(x))) \
     X(CEIL, (ceil(x))) \
     X(STOP_GRADIENT, (x))

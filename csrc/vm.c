@@ -1537,18 +1537,10 @@ static int rt_release(rt_program *p, int status)
  * and has checked `verified` (rt_begin). */
 static int rt_forward_locked(rt_program *p, const double *x)
 {
-    if (x != NULL) {
-        /* Replays take finite inputs only (SPEC: bad input is an error, not
-         * a nan gradient); the check rides along with the copy. */
-        int64_t i;
-        int finite = 1;
-        for (i = 0; i < p->n_in; i++) {
-            p->vals[i] = x[i];
-            finite &= isfinite(x[i]) != 0;
-        }
-        if (!finite)
-            return RT_NONFINITE;
-    }
+    /* nan and +-inf are values (they replay as numpy computes them), so x
+     * is copied in as it is, unchecked. */
+    if (x != NULL && p->n_in > 0)
+        memcpy(p->vals, x, (size_t)p->n_in * sizeof(double));
     return rt_run_forward(p);
 }
 
@@ -1660,17 +1652,14 @@ int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
     return rt_release(p, st);
 }
 
-/* Seeds the tangent arena with xdot on the differentiated inputs. */
+/* Seeds the tangent arena with xdot on the differentiated inputs (nan/inf
+ * tangents included: they flow through the sweep as numpy would). */
 static int rt_seed_tangent(rt_program *p, const double *xdot)
 {
-    int64_t i;
-    int finite = 1;
     rt_zero_adj(p);
-    for (i = 0; i < p->n_grad; i++) {
-        p->adj[i] = xdot[i];
-        finite &= isfinite(xdot[i]) != 0;
-    }
-    return finite ? RT_OK : RT_NONFINITE;
+    if (p->n_grad > 0)
+        memcpy(p->adj, xdot, (size_t)p->n_grad * sizeof(double));
+    return RT_OK;
 }
 
 int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double *ydot)

@@ -55,7 +55,7 @@ enum {
     RT_BUSY = 2,           /* another thread is replaying this program */
     RT_UNVERIFIED = 3,     /* rt_verify has not accepted this program */
     RT_BADARG = 4,         /* e.g. value_and_grad on a non-scalar output */
-    RT_NONFINITE = 5,      /* an input value is nan or inf (nothing was run) */
+    RT_NONFINITE = 5,      /* reserved: no longer returned (nan/inf are values) */
     RT_CALLBACK_FAILED = 6 /* a PYCALL callback returned non-zero (the caller holds the error) */
 };
 

@@ -12,13 +12,13 @@ import threading
 
 import numpy as np
 import pytest
-import scipy.special as sps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import revtape as rt
 from revtape import compiler, ops
 from revtape import workloads
+from revtape import special as sps   # revtape's own: works without scipy installed
 
 RNG = np.random.default_rng(42)
 
@@ -112,15 +112,16 @@ def test_jvp_of_tuple_inputs_and_bad_tangents():
     assert np.allclose(ct.jvp((a, b), (np.zeros(2), 1.0)), [np.sum(a), a[0] ** 2])
     with pytest.raises(rt.InputError):
         ct.jvp((a, b), np.ones(3))                   # not one tangent per input
-    with pytest.raises(rt.InputError):
-        ct.jvp((a, b), (np.array([np.nan, 0.0]), 0.0))
+    # a nan tangent is a value (it reaches exactly the outputs that depend on it)
+    np.testing.assert_array_equal(ct.jvp((a, b), (np.array([np.nan, 0.0]), 0.0)), [np.nan, np.nan])
     with pytest.raises(rt.OutputError):
         rt.compile(rt.HessianTape(lambda x: np.sum(x ** 3), np.ones(2))).jvp(np.ones(2), np.ones(2))
     sq = rt.compile(rt.JacobianTape(lambda x: x ** 2, np.ones(3)))
     np.testing.assert_array_equal(sq.jvp(np.arange(3.0), np.ones(3)), [0.0, 2.0, 4.0])
-    for bad in (np.array([np.inf, 0.0, 0.0]), np.ones(2), np.ones((3, 1))):
+    for bad in (np.ones(2), np.ones((3, 1))):
         with pytest.raises(rt.InputError):
-            sq.jvp(np.ones(3), bad)             # the C side refuses the inf itself
+            sq.jvp(np.ones(3), bad)
+    np.testing.assert_array_equal(sq.jvp(np.ones(3), np.array([np.inf, 0.0, 0.0])), [np.inf, 0, 0])
 
 
 def test_a_zero_tangent_never_becomes_nan_through_an_infinite_partial():
@@ -130,9 +131,15 @@ def test_a_zero_tangent_never_becomes_nan_through_an_infinite_partial():
     np.testing.assert_array_equal(ct.jvp(np.array([1.0, 0.0]), np.array([1.0, 0.0])), [1.0, 2.0])
 
 
+# Only correctly rounded arithmetic (+ - * / sqrt) here, so that "bit for bit"
+# tests the order of the adjoint sums and nothing else: numpy's own SIMD
+# exp/sin/cos (numpy >= 2) differ from libm in the last bit for some inputs
+# (np.exp for ~5% of uniform(-5, 5) draws on numpy 2.4), and the C VM calls libm.
 @pytest.mark.parametrize("f", [
-    lambda x: np.sum(np.sin(x)) + x[0] * x[1] + np.sum(np.exp(x)) * x[0] + x[0] ** 2 * np.sum(x),
-    lambda x: x[0] * 3.0 + np.sum(np.sin(x) * x) + x[0] * x[2] + np.sum(np.cos(x)) + x[0] * 1.7,
+    lambda x: (np.sum(np.sqrt(x * x + 1.0)) + x[0] * x[1] + np.sum(x * x / (1.0 + x * x)) * x[0]
+               + x[0] ** 2 * np.sum(x)),
+    lambda x: (x[0] * 3.0 + np.sum(np.sqrt(x * x + 2.0) * x) + x[0] * x[2]
+               + np.sum(1.0 / (1.0 + x * x)) + x[0] * 1.7),
     lambda x: sum(100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2 for i in range(4)),
 ])
 def test_gradients_mixing_scalar_reads_and_array_ops_are_bit_for_bit(f):
@@ -568,21 +575,28 @@ def test_hessian_and_hvp_of_a_compiled_gradient_tape():
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_non_finite_inputs_are_refused_by_every_replay(bad):
+def test_non_finite_inputs_are_values_in_every_replay(bad):
+    # nan/inf used to be refused with InputError; they are values (SPEC), and
+    # every entry point computes what numpy computes: d/dx sum(x**2) = 2x
     f = lambda x: np.sum(x ** 2)
     x = np.array([1.0, 2.0, 3.0])
     tape = rt.GradientTape(f, x)
     ct = rt.compile(tape)
     xb = x.copy()
     xb[1] = bad
+    want_v, want_g = np.sum(xb ** 2), 2 * xb
     g = np.empty(3)
-    for call in (lambda: tape.gradient(xb), lambda: ct.gradient(xb), lambda: ct.forward(xb),
-                 lambda: ct.value_and_gradient(xb, out=g), lambda: ct.jacobian(xb)):
-        with pytest.raises(rt.InputError):
-            call()
+    np.testing.assert_array_equal(tape.gradient(xb), want_g)
+    np.testing.assert_array_equal(ct.gradient(xb), want_g)
+    np.testing.assert_array_equal(ct.jacobian(xb), want_g)
+    np.testing.assert_array_equal(rt.gradient(f, xb), want_g)
+    np.testing.assert_array_equal(ct.forward(xb), want_v)
+    v, out = ct.value_and_gradient(xb, out=g)
+    assert out is g and np.array_equal(v, want_v, equal_nan=True)
+    np.testing.assert_array_equal(g, want_g)
     run = ct.bind(xb, g)
-    with pytest.raises(rt.InputError):
-        run()
+    assert np.array_equal(run(), want_v, equal_nan=True)
+    np.testing.assert_array_equal(g, want_g)
     xb[1] = 0.0
     assert run() == pytest.approx(10.0)
 

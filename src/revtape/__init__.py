@@ -17,6 +17,7 @@ from .pytree import register_pytree_node
 from . import linalg, structure
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
+from . import special  # rt.special: scipy.special's names, working on tracked values
 from .primitives import defjvp, defvjp, primitive, stop_gradient
 
 __version__ = "0.1.0"
@@ -52,7 +53,7 @@ __all__ = [
     "jacobian", "hessian", "hvp", "compile", "CompiledTape", "grad", "value_and_grad",
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
-    "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning",
+    "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning", "special",
     "primitive", "defvjp", "defjvp", "stop_gradient",
     "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]

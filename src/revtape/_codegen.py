@@ -78,9 +78,20 @@ def header_path():
 
 
 def main(argv=None):
+    """Write the header, or with --check exit 1 when the committed one is stale
+    (CI runs the check: the C build must never lag the op table)."""
+    argv = sys.argv[1:] if argv is None else argv
     path = header_path()
-    path.write_text(render())
+    text = render()
+    if "--check" in argv:
+        if not path.exists() or path.read_text() != text:
+            print(f"{path} does not match the op table: run python -m revtape._codegen", file=sys.stderr)
+            return 1
+        print(f"{path} matches the op table ({ops.OP_TABLE_HASH})")
+        return 0
+    path.write_text(text)
     print(f"wrote {path} ({len(ops.VM_OPCODES)} opcodes, table {ops.OP_TABLE_HASH})")
+    return 0
 
 
 if __name__ == "__main__":

@@ -68,6 +68,9 @@ def gc_paused():
 
 def record(tape, f, x):
     """Track x on tape, run f, finish with its result."""
+    if not callable(f):
+        raise InputError(f"expected a function to differentiate (or a tape), got "
+                         f"{type(f).__name__} {f!r:.40}")
     leaves, treedef = pytree.input_structure(x)
     if treedef is not None:
         tx = pytree.unflatten(treedef, [tape.track(v) for v in leaves])

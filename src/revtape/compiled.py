@@ -56,6 +56,8 @@ class CompiledTape:
     """A tape lowered to the C VM.  Same replay methods as Tape, run in C."""
 
     def __init__(self, tape, guards=True, n_grad=None, _program=None):
+        if _program is None:
+            _check_compilable(tape)
         self._tape = tape
         self._guards = guards
         self._n_grad_inputs = n_grad
@@ -267,9 +269,6 @@ class CompiledTape:
             raise ConcurrentUseError(
                 "this CompiledTape is being replayed by another thread; give each thread its "
                 "own copy (copy.deepcopy(ctape)) -- one CompiledTape serves one thread at a time")
-        if status == RT_NONFINITE:
-            raise InputError("replay input contains nan or inf; a tape replays finite inputs only "
-                             "(check the point your sampler or optimizer proposed)")
         if status == RT_CALLBACK_FAILED:
             err = self._ws.take_error() if self._ws is not None else None
             raise err or RevtapeError("a Python callback failed")
@@ -738,7 +737,7 @@ class CompiledTape:
 
     def _tangent_vector(self, v):
         """v, shaped like the differentiated input(s), as one flat float64 vector."""
-        # the C side refuses a non-finite tangent, as it does x
+        # nan/inf tangents are values, as nan/inf inputs are
         if self._treedef is not None:
             v = self._tree_leaves(v, "tangent v")
         if len(self._grad_shapes) == 1 and self._single:
@@ -852,6 +851,30 @@ class CompiledTape:
     def __reduce__(self):
         return (_rebuild, (self._program.to_state(), self._tape, self._guards,
                            self._n_grad_inputs))
+
+
+def _check_compilable(tape):
+    """A clear error for everything rt.compile cannot take (instead of an
+    AttributeError from deep inside the compiler)."""
+    from .tape import NULL_TAPE, Tape
+    if isinstance(tape, CompiledTape):
+        raise InputError("this is already a CompiledTape; use it as it is (copy.deepcopy(ctape) "
+                         "gives an independent copy)")
+    if tape is NULL_TAPE:
+        raise InputError("rt.NULL_TAPE (the tape of untracked values) cannot be compiled; "
+                         "record a tape with rt.GradientTape(f, x) or rt.Tape()")
+    if not isinstance(tape, Tape):
+        what = ("a function" if callable(tape) else f"a {type(tape).__name__}")
+        raise InputError(f"rt.compile takes a finished tape, not {what}; record one with "
+                         "rt.GradientTape(f, x) (or use rt.grad(f), which records and compiles)")
+    if tape.recording:
+        raise InputError("this tape is still recording; call tape.finish(output) before "
+                         "rt.compile(tape)")
+    if tape.output is None:
+        raise OutputError("this tape has no output; call tape.finish(output) before rt.compile")
+    if not tape.inputs:
+        raise InputError("this tape has no inputs: there is nothing to replay at or "
+                         "differentiate; register inputs with tape.track(x) before computing")
 
 
 class _BatchArena:

@@ -24,14 +24,45 @@ import operator
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.special as sps
 
+from . import _specfun
 try:  # scipy is optional: solve_triangular's reference forward falls back to numpy
     import scipy.linalg as _scipy_linalg
 except ImportError:  # pragma: no cover
     _scipy_linalg = None
 
 from .errors import UnsupportedError
+
+# scipy is optional.  Every row exists with or without it (the C VM, the
+# opcodes and the table hash never depend on scipy); only the numpy forward
+# of a scipy-backed row differs: scipy's own function when scipy imports,
+# else a scipy-free forward (_specfun.py) or, failing that, one that says to
+# install scipy.  To add a scipy-backed row: `_scipy("name", fallback)` as
+# its numpy forward (see gammaln below).
+try:
+    import scipy.special as sps
+except ImportError:  # pragma: no cover - exercised by the scipy-free CI job
+    sps = None
+
+
+def _scipy(name, fallback=None):
+    """scipy.special.<name> if scipy imports, else fallback, else a forward that
+    raises UnsupportedError naming scipy."""
+    if sps is not None:
+        return getattr(sps, name)
+    if fallback is not None:
+        return fallback
+
+    def needs_scipy(*args, **kwargs):
+        raise UnsupportedError(f"scipy.special.{name} needs scipy installed (pip install scipy)")
+    needs_scipy.__name__ = name
+    return needs_scipy
+
+
+def _polygamma_fwd(n):
+    if sps is not None:
+        return lambda x: sps.polygamma(n, x)
+    return lambda x: _specfun.polygamma(n, x)
 
 # Families.  The elementwise ones are generated into the C VM from their
 # expressions; the others have a hand-written kernel in csrc/vm.c (or are
@@ -203,15 +234,20 @@ _unary("sinh", np.sinh, "sinh(x)", lambda f, x: P.cosh(x), "cosh(x)")
 _unary("cosh", np.cosh, "cosh(x)", lambda f, x: P.sinh(x), "sinh(x)")
 _unary("arctan", np.arctan, "atan(x)", lambda f, x: P.reciprocal(P.add(1.0, P.square(x))),
        "1.0 / (1.0 + x * x)")
-# abs'(0) = 0 (autograd's convention): the partial is sign(x).
-_unary("abs", np.abs, "fabs(x)", lambda f, x: P.sign(x), "(double)((x > 0) - (x < 0))")
-_unary("gammaln", sps.gammaln, "rt_gammaln(x)", lambda f, x: P.digamma(x), "rt_digamma(x)")
-_unary("digamma", sps.digamma, "rt_digamma(x)", lambda f, x: P.trigamma(x), "rt_trigamma(x)")
-_unary("trigamma", lambda x: sps.polygamma(1, x), "rt_trigamma(x)",
+# abs'(0) = 0 (autograd's convention): the partial is sign(x) -- nan at nan, as np.sign.
+_unary("abs", np.abs, "fabs(x)", lambda f, x: P.sign(x),
+       "x != x ? x : (double)((x > 0) - (x < 0))")
+_unary("gammaln", _scipy("gammaln", _specfun.gammaln), "rt_gammaln(x)",
+       lambda f, x: P.digamma(x), "rt_digamma(x)")
+_unary("digamma", _scipy("digamma", _specfun.digamma), "rt_digamma(x)",
+       lambda f, x: P.trigamma(x), "rt_trigamma(x)")
+_unary("trigamma", _polygamma_fwd(1), "rt_trigamma(x)",
        lambda f, x: _polygamma2(x), "rt_tetragamma(x)")
-_unary("expit", sps.expit, "rt_expit(x)", lambda f, x: P.mul(f, P.sub(1.0, f)), "f * (1.0 - f)")
-_unary("log_expit", sps.log_expit, "rt_log_expit(x)", lambda f, x: P.expit(P.neg(x)), "rt_expit(-x)")
-_unary("erf", sps.erf, "erf(x)",
+_unary("expit", _scipy("expit", _specfun.expit), "rt_expit(x)",
+       lambda f, x: P.mul(f, P.sub(1.0, f)), "f * (1.0 - f)")
+_unary("log_expit", _scipy("log_expit", _specfun.log_expit), "rt_log_expit(x)",
+       lambda f, x: P.expit(P.neg(x)), "rt_expit(-x)")
+_unary("erf", _scipy("erf", _specfun.erf), "erf(x)",
        lambda f, x: P.mul(2.0 / math.sqrt(math.pi), P.exp(P.neg(P.square(x)))),
        "M_2_SQRTPI * exp(-x * x)")
 
@@ -220,7 +256,7 @@ def _polygamma2(x):
     if getattr(x, "_is_tracked", False):
         raise UnsupportedError("fourth derivatives of gammaln (derivatives of trigamma "
                                "inside a Hessian) are not supported")
-    return sps.polygamma(2, x)
+    return _polygamma_fwd(2)(x)
 
 
 # ---------------------------------------------------------------- elementwise, binary
@@ -237,10 +273,12 @@ _binary("mul", np.multiply, "x * y", (lambda f, x, y: y, lambda f, x, y: x), ("y
 _binary("div", np.divide, "x / y",
         (lambda f, x, y: P.reciprocal(y), lambda f, x, y: P.neg(P.div(f, y))),
         ("1.0 / y", "-f / y"))
-# power: autograd's conventions -- d/dx is 0 where y == 0, d/dy is 0 where x == 0.
+# power: autograd's conventions -- d/dx is 0 where y == 0, d/dy is 0 where x == 0,
+# selected (not multiplied by a mask), so that they stay 0 when the other
+# factor is nan or inf (x**0 is 1 for every x, nan and inf included).
 _binary("pow", np.power, "pow(x, y)",
-        (lambda f, x, y: P.mul(y, P.pow(x, P.where(P.ne(y, 0.0), P.sub(y, 1.0), 1.0))),
-         lambda f, x, y: P.mul(P.log(P.where(P.eq(x, 0.0), 1.0, x)), f)),
+        (lambda f, x, y: P.where(P.eq(y, 0.0), 0.0, P.mul(y, P.pow(x, P.sub(y, 1.0)))),
+         lambda f, x, y: P.where(P.eq(x, 0.0), 0.0, P.mul(P.log(x), f))),
         ("y == 0.0 ? 0.0 : y * pow(x, y - 1.0)", "x == 0.0 ? 0.0 : log(x) * f"))
 # maximum/minimum: ties split the adjoint evenly (autograd's balanced_eq).
 _binary("maximum", np.maximum, "(x > y || x != x) ? x : y",
@@ -254,7 +292,7 @@ _binary("minimum", np.minimum, "(x < y || x != x) ? x : y",
 _binary("logaddexp", np.logaddexp, "rt_logaddexp(x, y)",
         (lambda f, x, y: P.exp(P.sub(x, f)), lambda f, x, y: P.exp(P.sub(y, f))),
         ("exp(x - f)", "exp(y - f)"))
-_binary("xlogy", sps.xlogy, "rt_xlogy(x, y)",
+_binary("xlogy", _scipy("xlogy", _specfun.xlogy), "rt_xlogy(x, y)",
         (lambda f, x, y: P.log(y), lambda f, x, y: P.div(x, y)), ("log(y)", "x / y"))
 _binary("arctan2", np.arctan2, "atan2(x, y)",
         (lambda f, x, y: P.div(y, P.add(P.square(x), P.square(y))),
@@ -282,7 +320,8 @@ for _n, _f, _c in [("lt", np.less, "x < y"), ("le", np.less_equal, "x <= y"),
     _def(_n, BINARY_ND, _mask(_f), c_fwd=f"(double)({_c})", diff=False)
 
 _def("logical_not", UNARY_ND, _mask(np.logical_not), c_fwd="(double)(x == 0.0)", diff=False)
-_def("sign", UNARY_ND, _quiet(np.sign), c_fwd="(double)((x > 0) - (x < 0))", diff=False)
+_def("sign", UNARY_ND, _quiet(np.sign), c_fwd="x != x ? x : (double)((x > 0) - (x < 0))",
+     diff=False)
 _def("floor", UNARY_ND, _quiet(np.floor), c_fwd="floor(x)", diff=False)
 _def("ceil", UNARY_ND, _quiet(np.ceil), c_fwd="ceil(x)", diff=False)
 # rt.stop_gradient (JAX): the value passes through, no derivative flows back
@@ -304,8 +343,10 @@ _def("where", WHERE, _quiet(lambda c, x, y: np.where(np.asarray(c) != 0, x, y)[(
 
 
 def _clip_vjp(i, g, ans, x, lo, hi):
-    # Zero at the bounds, like autograd.
-    return P.azmul(g, P.logical_and(P.ne(ans, lo), P.ne(ans, hi)))
+    # Zero at the bounds, like autograd -- selected, not multiplied by a 0/1
+    # mask, so that an infinite adjoint gives exactly 0 at a bound (as the C
+    # kernel does), not inf * 0 = nan.
+    return P.where(P.logical_and(P.ne(ans, lo), P.ne(ans, hi)), g, 0.0)
 
 
 _def("clip", CLIP, _quiet(lambda x, lo, hi: np.clip(x, lo, hi)[()]), vjp=_clip_vjp,
@@ -326,11 +367,16 @@ def _sum_vjp(i, g, ans, x, axis=None, keepdims=False):
 
 
 def _maxmin_vjp(i, g, ans, x, axis=None, keepdims=False):
-    # Ties split the adjoint evenly among the maximal elements.
+    # Ties split the adjoint evenly among the maximal elements, g * (1/count);
+    # the other elements are not selected and get exactly 0 (not g * 0, which
+    # is nan for an infinite g), as in the C kernel.  A nan result matches no
+    # element (count 0): every element gets nan.
     shape = shape_of(x)
     hit = P.eq(x, expand_reduced(ans, shape, axis, keepdims))
     count = expand_reduced(P.sum(hit, axis=axis, keepdims=keepdims), shape, axis, keepdims)
-    return P.azmul(expand_reduced(g, shape, axis, keepdims), P.div(hit, count))
+    gx = expand_reduced(g, shape, axis, keepdims)
+    return P.where(hit, P.azmul(gx, P.div(1.0, count)),
+                   P.where(P.eq(count, 0.0), P.azmul(gx, np.nan), 0.0))
 
 
 def _prod_vjp(i, g, ans, x, axis=None, keepdims=False):
@@ -340,8 +386,10 @@ def _prod_vjp(i, g, ans, x, axis=None, keepdims=False):
     nonzero = P.where(zero, 1.0, x)
     p_nz = expand_reduced(P.prod(nonzero, axis=axis, keepdims=keepdims), shape, axis, keepdims)
     n_zero = expand_reduced(P.sum(zero, axis=axis, keepdims=keepdims), shape, axis, keepdims)
-    others = P.where(zero, P.mul(p_nz, P.eq(n_zero, 1.0)),
-                     P.mul(P.div(p_nz, nonzero), P.eq(n_zero, 0.0)))
+    # selects, not products with 0/1 masks: an element beside a zero gets
+    # exactly 0 even when another element is inf or nan (as the C kernel)
+    others = P.where(zero, P.where(P.eq(n_zero, 1.0), p_nz, 0.0),
+                     P.where(P.eq(n_zero, 0.0), P.div(p_nz, nonzero), 0.0))
     return P.azmul(expand_reduced(g, shape, axis, keepdims), others)
 
 
@@ -355,7 +403,8 @@ _def("sum", REDUCE, _reduce_fwd(np.sum), vjp=_sum_vjp)
 _def("max", REDUCE, _reduce_fwd(np.max), vjp=_maxmin_vjp)
 _def("min", REDUCE, _reduce_fwd(np.min), vjp=_maxmin_vjp)
 _def("prod", REDUCE, _reduce_fwd(np.prod), vjp=_prod_vjp)
-_def("logsumexp", REDUCE, _reduce_fwd(sps.logsumexp), vjp=_lse_vjp)
+_def("logsumexp", REDUCE, _reduce_fwd(_scipy("logsumexp", _specfun.logsumexp)),
+     vjp=_lse_vjp)
 _def("all", REDUCE, _reduce_fwd(lambda x, axis, keepdims: np.all(x != 0, axis=axis, keepdims=keepdims)),
      diff=False)
 _def("any", REDUCE, _reduce_fwd(lambda x, axis, keepdims: np.any(x != 0, axis=axis, keepdims=keepdims)),
@@ -386,7 +435,7 @@ def _matmul_fwd(a, b):
     return np.matmul(a, b)[()]
 
 
-_def("matmul", MATMUL, _matmul_fwd, vjp=_matmul_vjp)
+_def("matmul", MATMUL, _quiet(_matmul_fwd), vjp=_matmul_vjp)
 
 # ---------------------------------------------------------------- structure
 # reshape and item are aliases in a compiled program (no instruction); take is
@@ -420,7 +469,7 @@ def _scatter_add_fwd(g, idx, shape):
 
 _def("take", STRUCT, _take_fwd,
      vjp=lambda i, g, ans, x, idx: P.scatter_add(g, idx=idx, shape=shape_of(x)))
-_def("scatter_add", STRUCT, _scatter_add_fwd,
+_def("scatter_add", STRUCT, _quiet(_scatter_add_fwd),
      vjp=lambda i, g, ans, x, idx, shape: P.take(g, idx=idx))
 
 

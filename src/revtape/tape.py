@@ -583,7 +583,8 @@ def _add_reads(node_reads, prev, shape):
         # plain numbers: np.add.at adds one by one, so each element is
         # ((prev + g1) + g2) + ... to the last bit
         out = np.zeros(shape) if prev is None else np.array(prev, dtype=np.float64)
-        np.add.at(out.reshape(-1), idx, gs)
+        with np.errstate(all="ignore"):         # inf + -inf is a value here
+            np.add.at(out.reshape(-1), idx, gs)
         return out[()]
     if len(gs) == 1:
         g = P.scatter_add(gs[0], idx=np.array(idx[0]), shape=shape)
@@ -619,9 +620,8 @@ def check_input(x, shape, float_input=False):
     if tuple(arr.shape) != tuple(shape):
         raise InputError(f"replay input has shape {arr.shape}, but the tape was recorded "
                          f"with shape {tuple(shape)}; record a new tape for this shape")
-    if not np.isfinite(arr).all():
-        raise InputError("replay input contains nan or inf; a tape replays finite inputs only "
-                         "(check the point your sampler or optimizer proposed)")
+    # nan and +-inf are values: they replay as numpy computes them (optimizers
+    # and samplers hand such points over on purpose and expect nan/-inf back).
     if float_input or arr.ndim == 0:
         return float(arr)
     out = np.array(arr, dtype=np.float64)

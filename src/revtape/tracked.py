@@ -30,6 +30,28 @@ except ImportError:  # pragma: no cover
     _sps = None
 
 
+def public_name(func):
+    """The name a user writes for a numpy/scipy function or ufunc: np.linalg.solve,
+    np.sin, scipy.special.betaln (for error messages)."""
+    import sys
+    name = getattr(func, "__name__", repr(func))
+    if isinstance(func, np.ufunc):
+        if getattr(np, name, None) is func:
+            return f"np.{name}"
+        for mod in ("scipy.special",):
+            m = sys.modules.get(mod)
+            if m is not None and getattr(m, name, None) is func:
+                return f"{mod}.{name}"
+        return name
+    module = getattr(func, "__module__", None) or ""
+    if module == "numpy" or module.startswith("numpy."):
+        # numpy's public submodules (numpy.linalg, numpy.fft); private ones
+        # (numpy._core.fromnumeric) are re-exported at the top
+        public = module.split("._")[0] if "._" in module else module
+        return "np" + public[len("numpy"):] + "." + name
+    return f"{module}.{name}" if module else name
+
+
 def _value_of(v):
     if getattr(v, "_is_tracked", False):
         return v.value
@@ -58,6 +80,32 @@ _NO_FLOAT = ("cannot turn a tracked value into a plain {what}: the gradient thro
              "would silently be lost. Keep it tracked -- use numpy functions (np.where, "
              "np.maximum, np.stack) instead of float()/int() or writing it into a float "
              "ndarray -- or take rt.value(v) if you really want a constant")
+
+
+def _math_advice(general=True):
+    """When float() was called by a math.* function (math.exp(t) converts t with
+    __float__), name the numpy function that keeps t tracked, read from the
+    caller's source line; else the general advice."""
+    import linecache
+    import re
+    import sys
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__", "").startswith("revtape"):
+        f = f.f_back
+    line = linecache.getline(f.f_code.co_filename, f.f_lineno) if f is not None else ""
+    for name in re.findall(r"\bmath\.(\w+)\s*\(", line):
+        alias = {"fabs": "abs", "pow": "power", "atan": "arctan", "atan2": "arctan2",
+                 "asin": "arcsin", "acos": "arccos", "lgamma": "rt.special.gammaln",
+                 "erf": "rt.special.erf"}.get(name, name)
+        target = alias if alias.startswith("rt.") else (f"np.{alias}" if hasattr(np, alias)
+                                                        else None)
+        if target:
+            return (f". math.{name} converts its argument to a plain float; use {target}, "
+                    "which records it")
+    if not general:
+        return ""
+    return (". math.* functions convert to a plain float: use the np.* function of the same "
+            "name (np.exp for math.exp, np.log, np.sqrt, ...), which records it")
 
 
 class Tracked:
@@ -109,12 +157,38 @@ class Tracked:
 
     __hash__ = object.__hash__
 
+    def __format__(self, spec):
+        # printing a tracked value (f"{loss:.3f}" while debugging f) shows its
+        # current value and records nothing: no gradient is lost
+        v = self.value
+        return format(v if type(v) is float else np.asarray(v), spec)
+
     # ------------------------------------------------ escapes
     def __float__(self):
-        raise ConversionError(_NO_FLOAT.format(what="float"))
+        raise ConversionError(_NO_FLOAT.format(what="float") + _math_advice())
 
     def __int__(self):
-        raise ConversionError(_NO_FLOAT.format(what="int"))
+        raise ConversionError(_NO_FLOAT.format(what="int") + _math_advice(general=False))
+
+    def __round__(self, ndigits=None):
+        raise ConversionError(
+            "round() of a tracked value would drop its gradient (rounding is piecewise "
+            "constant: its derivative is 0 almost everywhere, and np.round is not "
+            "differentiable either). To branch on a rounded value use rt.value(v); for a "
+            "step function inside the math use np.floor(v + 0.5), recorded with zero gradient")
+
+    def __floor__(self):
+        raise ConversionError("math.floor() of a tracked value would drop its gradient; use "
+                              "np.floor(v) (recorded, with zero gradient) or rt.value(v)")
+
+    def __ceil__(self):
+        raise ConversionError("math.ceil() of a tracked value would drop its gradient; use "
+                              "np.ceil(v) (recorded, with zero gradient) or rt.value(v)")
+
+    def __trunc__(self):
+        raise ConversionError("math.trunc() of a tracked value would drop its gradient; use "
+                              "np.where(v < 0, np.ceil(v), np.floor(v)) (recorded, with zero "
+                              "gradient) or rt.value(v)")
 
     __index__ = __int__
 
@@ -127,11 +201,20 @@ class Tracked:
             box = np.empty((), dtype=object)
             box[()] = self
             return box
+        caller = _scipy_caller()
+        if caller is not None:
+            public, ours = caller
+            raise ConversionError(
+                f"{public} converts its input with np.asarray, so it cannot trace a tracked "
+                "value" + (" (revtape does not patch scipy.special). "
+                           if public.startswith("scipy.special.") else ". ") + (
+                    f"Use {ours}, revtape's version, which works on tracked and plain values."
+                    if ours else "Express it with numpy functions, rt.special or rt.stats."))
         raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
-                              "np.asarray internally cannot be traced; for logsumexp use "
-                              "revtape.special.logsumexp; for scipy.linalg's solve_triangular, "
-                              "cholesky, cho_factor, cho_solve, solve, inv, det imported before "
-                              "revtape use revtape.linalg's.)")
+                              "np.asarray internally cannot be traced; for scipy.special's "
+                              "logsumexp and polygamma use rt.special.logsumexp/polygamma; for "
+                              "scipy.linalg's solve_triangular, cholesky, cho_factor, cho_solve, "
+                              "solve, inv, det imported before revtape use revtape.linalg's.)")
 
     def item(self, *args):
         raise ConversionError(_NO_FLOAT.format(what="float"))
@@ -209,18 +292,21 @@ class Tracked:
         handler = HANDLED_FUNCTIONS.get(func)
         if handler is None:
             raise UnsupportedError(
-                f"np.{getattr(func, '__name__', func)} is not supported on tracked values; "
+                f"{public_name(func)} is not supported on tracked values; "
                 "express it with supported numpy functions (see the README's op list)")
         return handler(*args, **kwargs)
 
     # ------------------------------------------------ array methods
-    def sum(self, axis=None, keepdims=False): return reduce("sum", self, axis, keepdims)
-    def prod(self, axis=None, keepdims=False): return reduce("prod", self, axis, keepdims)
-    def max(self, axis=None, keepdims=False): return reduce("max", self, axis, keepdims)
-    def min(self, axis=None, keepdims=False): return reduce("min", self, axis, keepdims)
-    def all(self, axis=None, keepdims=False): return reduce("all", self, axis, keepdims)
-    def any(self, axis=None, keepdims=False): return reduce("any", self, axis, keepdims)
-    def mean(self, axis=None, keepdims=False): return mean(self, axis, keepdims)
+    # ndarray's method signatures (the same as the functions')
+    def sum(self, *a, **k): return _np_sum(self, *a, **k)
+    def prod(self, *a, **k): return _np_prod(self, *a, **k)
+    def max(self, *a, **k): return _np_max(self, *a, **k)
+    def min(self, *a, **k): return _np_min(self, *a, **k)
+    def all(self, *a, **k): return _np_all(self, *a, **k)
+    def any(self, *a, **k): return _np_any(self, *a, **k)
+    def mean(self, *a, **k): return mean(self, *a, **k)
+    def var(self, *a, **k): return var(self, *a, **k)
+    def std(self, *a, **k): return std(self, *a, **k)
 
     def reshape(self, *shape, order="C"):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -230,8 +316,8 @@ class Tracked:
     def ravel(self, order="C"): return reshape(self, (-1,), order)
     flatten = ravel
     def transpose(self, *axes): return transpose(self, axes if axes else None)
-    def dot(self, o): return dot(self, o)
-    def clip(self, a_min=None, a_max=None): return clip(self, a_min, a_max)
+    def dot(self, o, out=None): return dot(self, o, out)
+    def clip(self, min=None, max=None, out=None, **kw): return clip(self, min, max, out, **kw)
     def squeeze(self, axis=None): return squeeze(self, axis)
     def copy(self): return self
     # numpy-name methods whose handlers live in linalg.py / structure.py
@@ -421,7 +507,8 @@ def matmul(a, b):
     return P.matmul(a, b)
 
 
-def dot(a, b):
+def dot(a, b, out=None):
+    _check_common("np.dot", out)
     if np.ndim(_value_of(a)) == 0 or np.ndim(_value_of(b)) == 0:
         return P.mul(a, b)
     return P.matmul(a, b)
@@ -430,42 +517,130 @@ def dot(a, b):
 _NOVALUE = getattr(np, "_NoValue", None)
 
 
-def _trivial(k, v):
-    """An extra reduction argument that changes nothing (numpy's defaults)."""
-    if v is None or v is _NOVALUE:
-        return True
-    if k == "where":
-        return v is True
-    if k == "dtype":
-        return np.dtype(v) == np.float64
-    return False
+def _given(v):
+    return v is not None and v is not _NOVALUE
 
 
-def reduce(name, x, axis=None, keepdims=False, **unused):
-    for k, v in unused.items():
-        if not _trivial(k, v):
-            raise UnsupportedError(f"np.{name}(..., {k}=...) is not supported on tracked values")
-    shape = shape_of(_value_of(x))
-    return getattr(P, name)(x, axis=ops._as_tuple_axis(axis, len(shape)), keepdims=bool(keepdims))
+def _refuse(fname, key, advice=""):
+    raise UnsupportedError(f"{fname}(..., {key}=...) is not supported on tracked values"
+                           + (f"; {advice}" if advice else ""))
 
 
-def mean(x, axis=None, keepdims=False, **unused):
+def _check_common(fname, out=None, dtype=None):
+    """out= and dtype= of a numpy function: honoured when they change nothing
+    (no out, float64), refused otherwise -- never ignored."""
+    if out is not None and not (isinstance(out, tuple) and all(o is None for o in out)):
+        _refuse(fname, "out", "a tracked result cannot be written into an array; use the "
+                "returned value")
+    if dtype is not None and np.dtype(dtype) != np.float64:
+        _refuse(fname, "dtype", "tracked values are float64")
+
+
+def _check_ufunc_kwargs(fname, kw):
+    """The ufunc keywords np.clip and friends pass on: casting/order/subok change
+    nothing for float64 results; dtype must be float64; where=/out= are refused."""
+    _check_common(fname, kw.pop("out", None), kw.pop("dtype", None))
+    for k in ("casting", "order", "subok"):
+        kw.pop(k, None)
+    where_ = kw.pop("where", True)
+    if where_ is not True:
+        _refuse(fname, "where", "use np.where(mask, f(x), other) to choose elements")
+    if kw:
+        _refuse(fname, next(iter(kw)))
+
+
+def _mask_of(fname, where_, shape):
+    if istracked(where_):
+        _refuse(fname, "where", "the mask must be a plain boolean array (use np.where with "
+                "a tracked condition)")
+    return np.broadcast_to(np.asarray(where_, dtype=bool), shape)
+
+
+_IDENTITY = {"sum": 0.0, "prod": 1.0, "all": 1.0, "any": 0.0}
+_COMBINE_INITIAL = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
+
+
+def reduce(name, x, axis=None, keepdims=False, dtype=None, out=None, initial=_NOVALUE,
+           where=True):
+    """A reduction with numpy's keywords: where= selects the reduced elements
+    (the others count as the identity), initial= joins the result."""
+    fname = f"np.{name}"
+    _check_common(fname, out, dtype)
+    if keepdims is _NOVALUE:
+        keepdims = False
     shape = shape_of(_value_of(x))
     ax = ops._as_tuple_axis(axis, len(shape))
-    n = int(np.prod(shape if ax is None else [shape[a] for a in ax], dtype=np.int64))
-    return P.mul(reduce("sum", x, axis, keepdims, **unused), 1.0 / n)
+    if where is not True and where is not _NOVALUE:
+        mask = _mask_of(fname, where, shape)
+        if name in _IDENTITY:
+            fill = _IDENTITY[name]
+        elif _given(initial) and name in ("max", "min"):
+            fill = float(initial)
+        else:
+            raise ValueError(f"reduction operation {name!r} does not have an identity, so to "
+                             "use a where mask one has to specify 'initial'")
+        if not mask.all():
+            x = P.where(mask, x, fill)
+    if _given(initial):
+        if name not in _COMBINE_INITIAL:
+            _refuse(fname, "initial")
+        if istracked(initial):
+            _refuse(fname, "initial", "add the tracked value to the result instead")
+        if 0 in shape:
+            _refuse(fname, "initial", "reduce a non-empty array")
+        r = getattr(P, name)(x, axis=ax, keepdims=bool(keepdims))
+        return getattr(P, _COMBINE_INITIAL[name])(r, float(initial))
+    return getattr(P, name)(x, axis=ax, keepdims=bool(keepdims))
 
 
-def var(x, axis=None, keepdims=False, ddof=0, **unused):
-    shape = shape_of(_value_of(x))
+def _count(fname, shape, axis, keepdims, where_):
+    """Elements per output of a reduction (a plain float, or an array with where=)."""
     ax = ops._as_tuple_axis(axis, len(shape))
-    n = int(np.prod(shape if ax is None else [shape[a] for a in ax], dtype=np.int64))
-    d = P.sub(x, mean(x, axis, keepdims=True))
-    return P.mul(reduce("sum", P.square(d), axis, keepdims), 1.0 / (n - ddof))
+    if where_ is True or where_ is _NOVALUE:
+        return float(np.prod(shape if ax is None else [shape[a] for a in ax], dtype=np.int64))
+    mask = _mask_of(fname, where_, shape)
+    return np.sum(mask, axis=ax, keepdims=bool(keepdims), dtype=np.float64)[()]
 
 
-def std(x, axis=None, keepdims=False, ddof=0, **unused):
-    return P.sqrt(var(x, axis, keepdims, ddof))
+def mean(x, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    _check_common("np.mean", out, dtype)
+    keepdims = False if keepdims is _NOVALUE else keepdims
+    n = _count("np.mean", shape_of(_value_of(x)), axis, keepdims, where)
+    total = reduce("sum", x, axis, keepdims, where=where)
+    return P.mul(total, 1.0 / n) if type(n) is float else P.div(total, n)
+
+
+_mean = mean   # var's keyword `mean=` shadows the function there
+
+
+def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True,
+        mean=_NOVALUE, correction=_NOVALUE):
+    """np.var with every keyword: ddof/correction (numpy's names for the same
+    number), where= (the selected elements only) and mean= (a precomputed
+    mean, keepdims-shaped)."""
+    _check_common("np.var", out, dtype)
+    keepdims = False if keepdims is _NOVALUE else keepdims
+    if _given(correction):
+        if ddof != 0:
+            raise ValueError("ddof and correction can't be provided simultaneously.")
+        ddof = correction
+    if istracked(ddof):
+        _refuse("np.var", "ddof", "ddof must be a plain number")
+    m = mean if _given(mean) else _mean(x, axis, keepdims=True, where=where)
+    sq = P.square(P.sub(x, m))
+    n = _count("np.var", shape_of(_value_of(x)), axis, keepdims, where)
+    total = reduce("sum", sq, axis, keepdims, where=where)
+    dof = np.maximum(np.subtract(n, float(ddof)), 0.0)[()]
+    if type(dof) is float or np.ndim(dof) == 0:
+        with np.errstate(divide="ignore"):
+            return P.mul(total, float(np.divide(1.0, dof)))
+    return P.div(total, dof)
+
+
+def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True,
+        mean=_NOVALUE, correction=_NOVALUE):
+    return P.sqrt(var(x, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
+                      correction=correction))
 
 
 def reshape(x, shape, order="C"):
@@ -522,9 +697,10 @@ def where(cond, x=None, y=None):
     return P.where(cond, x, y)
 
 
-def clip(x, a_min=None, a_max=None, **kw):
-    a_min = kw.pop("min", a_min)
-    a_max = kw.pop("max", a_max)
+def clip(x, a_min=_NOVALUE, a_max=_NOVALUE, out=None, **kw):
+    a_min = kw.pop("min", None) if a_min is _NOVALUE else a_min
+    a_max = kw.pop("max", None) if a_max is _NOVALUE else a_max
+    _check_ufunc_kwargs("np.clip", dict(kw, out=out))
     if istracked(a_min) or istracked(a_max) or np.ndim(a_min) or np.ndim(a_max):
         out = x
         if a_min is not None:
@@ -537,7 +713,8 @@ def clip(x, a_min=None, a_max=None, **kw):
     return P.clip(x, lo, hi)
 
 
-def concatenate(xs, axis=0, **kw):
+def concatenate(xs, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    _check_common("np.concatenate", out, dtype)
     xs = list(xs)
     if axis is None:
         xs, axis = [reshape(x, (-1,)) for x in xs], 0
@@ -551,7 +728,8 @@ def concatenate(xs, axis=0, **kw):
     return P.concat(*xs, axis=axis)
 
 
-def stack(xs, axis=0, **kw):
+def stack(xs, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    _check_common("np.stack", out, dtype)
     xs = list(xs)
     shape = shape_of(_value_of(xs[0]))
     axis = axis % (len(shape) + 1)
@@ -559,25 +737,34 @@ def stack(xs, axis=0, **kw):
     return concatenate([reshape(x, new) for x in xs], axis=axis)
 
 
-def hstack(xs, **kw):
+def hstack(xs, *, dtype=None, casting="same_kind"):
+    _check_common("np.hstack", None, dtype)
     xs = [atleast_1d(x) for x in xs]
     return concatenate(xs, axis=0 if np.ndim(_value_of(xs[0])) == 1 else 1)
 
 
-def vstack(xs, **kw):
+def vstack(xs, *, dtype=None, casting="same_kind"):
+    _check_common("np.vstack", None, dtype)
     return concatenate([atleast_2d(x) for x in xs], axis=0)
 
 
-def atleast_1d(x):
+def atleast_1d(*xs):
+    if len(xs) != 1:
+        return tuple(atleast_1d(x) for x in xs)
+    x = xs[0]
     return reshape(x, (1,)) if np.ndim(_value_of(x)) == 0 else x
 
 
-def atleast_2d(x):
+def atleast_2d(*xs):
+    if len(xs) != 1:
+        return tuple(atleast_2d(x) for x in xs)
+    x = xs[0]
     nd = np.ndim(_value_of(x))
     return reshape(x, (1,) * (2 - nd) + shape_of(_value_of(x))) if nd < 2 else x
 
 
-def outer(a, b):
+def outer(a, b, out=None):
+    _check_common("np.outer", out)
     return P.mul(reshape(a, (-1, 1)), reshape(b, (1, -1)))
 
 
@@ -587,7 +774,23 @@ def inner(a, b):
     raise UnsupportedError("np.inner of matrices is not supported on tracked values; use @")
 
 
-def diff(x, n=1, axis=-1):
+def diff(x, n=1, axis=-1, prepend=_NOVALUE, append=_NOVALUE):
+    if n < 0:
+        raise ValueError(f"order must be non-negative but got {n!r}")
+    if prepend is not _NOVALUE or append is not _NOVALUE:
+        # numpy: a scalar is broadcast to the shape of x with length 1 along axis
+        nd = np.ndim(_value_of(x))
+        ax = axis % nd
+        def piece(extra):
+            if np.ndim(_value_of(extra)) == 0:
+                shape = list(shape_of(_value_of(x)))
+                shape[ax] = 1
+                return (broadcast_to(extra, shape) if istracked(extra)
+                        else np.full(shape, float(extra)))
+            return extra
+        parts = ([piece(prepend)] if prepend is not _NOVALUE else []) + [x] + (
+            [piece(append)] if append is not _NOVALUE else [])
+        x = concatenate(parts, axis=ax)
     for _ in range(n):
         nd = np.ndim(_value_of(x))
         ax = axis % nd
@@ -598,9 +801,63 @@ def diff(x, n=1, axis=-1):
 
 
 def norm(x, ord=None, axis=None, keepdims=False):
-    if ord not in (None, 2, "fro") or (axis is not None and np.ndim(_value_of(x)) > 1 and ord == 2):
-        raise UnsupportedError("np.linalg.norm on tracked values supports the 2-norm only")
-    return P.sqrt(reduce("sum", P.square(x), axis, keepdims))
+    """np.linalg.norm with numpy's meaning of every ord: vector norms (None, 2,
+    +-inf, 0, 1, any p) along one axis, matrix norms (None/'fro', +-1, +-inf)
+    over two.  The spectral and nuclear norms (ord=+-2, 'nuc' on a matrix)
+    need singular values and are refused, never replaced by another norm."""
+    nd = np.ndim(_value_of(x))
+    if axis is None:
+        if ord is None:                 # the 2-norm of the flattened array, any ndim
+            return P.sqrt(reduce("sum", P.square(x), None, keepdims))
+        if nd not in (1, 2):
+            raise ValueError("Improper number of dimensions to norm.")
+        axis = tuple(range(nd))
+    elif isinstance(axis, (int, np.integer)):
+        axis = (int(axis),)
+    axis = tuple(int(a) % nd for a in axis)
+    if len(axis) == 1:
+        ax = axis[0]
+        if ord is None or ord == 2:
+            return P.sqrt(reduce("sum", P.square(x), ax, keepdims))
+        if isinstance(ord, str):
+            raise ValueError(f"Invalid norm order '{ord}' for vectors")
+        if ord == np.inf:
+            return reduce("max", P.abs(x), ax, keepdims)
+        if ord == -np.inf:
+            return reduce("min", P.abs(x), ax, keepdims)
+        if ord == 0:                    # a count: no derivative
+            return reduce("sum", P.ne(x, 0.0), ax, keepdims)
+        if ord == 1:
+            return reduce("sum", P.abs(x), ax, keepdims)
+        p = float(ord)
+        return P.pow(reduce("sum", P.pow(P.abs(x), p), ax, keepdims), 1.0 / p)
+    if len(axis) != 2:
+        raise ValueError("Improper number of dimensions to norm.")
+    row, col = axis
+    if row == col:
+        raise ValueError("Duplicate axes given.")
+    if ord in (2, -2, "nuc"):
+        raise UnsupportedError(
+            f"np.linalg.norm(M, ord={ord!r}) of a matrix is the "
+            + ("nuclear norm (sum of singular values)" if ord == "nuc" else
+               "spectral norm (extreme singular value)")
+            + ", which needs an SVD: not supported on tracked values. ord=None/'fro' is the "
+              "Frobenius norm, ord=1/inf the max column/row sum")
+    if ord is None or ord == "fro":
+        r = P.sqrt(reduce("sum", P.square(x), axis, False))
+    elif ord in (1, -1):
+        pick = "max" if ord == 1 else "min"
+        r = reduce(pick, reduce("sum", P.abs(x), row, False), col - (col > row), False)
+    elif ord in (np.inf, -np.inf):
+        pick = "max" if ord == np.inf else "min"
+        r = reduce(pick, reduce("sum", P.abs(x), col, False), row - (row > col), False)
+    else:
+        raise ValueError("Invalid norm order for matrices.")
+    if keepdims:
+        shape = list(shape_of(_value_of(x)))
+        shape[row] = shape[col] = 1
+        r = reshape(r, tuple(shape))
+    return r
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -613,20 +870,122 @@ def _plain_like(f):
     return lambda x, *a, **k: f(np.empty(shape_of(_value_of(x))), *a, **k)
 
 
+# numpy's signatures, positional order included (np.sum(x, 0, None, None, True)
+# must not read dtype as keepdims); every keyword honoured or refused.
+def _np_sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOVALUE, where=True):
+    return reduce("sum", a, axis, keepdims, dtype, out, initial, where)
+
+
+def _np_prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOVALUE, where=True):
+    return reduce("prod", a, axis, keepdims, dtype, out, initial, where)
+
+
+def _np_max(a, axis=None, out=None, keepdims=False, initial=_NOVALUE, where=True):
+    return reduce("max", a, axis, keepdims, None, out, initial, where)
+
+
+def _np_min(a, axis=None, out=None, keepdims=False, initial=_NOVALUE, where=True):
+    return reduce("min", a, axis, keepdims, None, out, initial, where)
+
+
+def _np_all(a, axis=None, out=None, keepdims=False, *, where=True):
+    return reduce("all", a, axis, keepdims, None, out, where=where)
+
+
+def _np_any(a, axis=None, out=None, keepdims=False, *, where=True):
+    return reduce("any", a, axis, keepdims, None, out, where=where)
+
+
+def _np_reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    # copy= is about memory; a tracked value is immutable, so a view and a copy
+    # are indistinguishable and every copy= is honoured
+    if newshape is not None:
+        if shape is not None:
+            raise TypeError("You cannot specify 'newshape' and 'shape' arguments at the same time.")
+        shape = newshape
+    return reshape(a, shape, order)
+
+
+def _np_ravel(a, order="C"):
+    # a tracked value is logically C-contiguous: 'A' and 'K' read it in C order
+    return reshape(a, (-1,), "C" if order in ("A", "K") else order)
+
+
+def _np_take(a, indices, axis=None, out=None, mode="raise"):
+    _check_common("np.take", out)
+    if istracked(indices):
+        raise UnsupportedError("np.take with tracked indices depends on the data; index with "
+                               "plain integers")
+    shape = shape_of(_value_of(a))
+    n = int(np.prod(shape, dtype=np.int64)) if axis is None else shape[axis % len(shape)]
+    if mode == "wrap":
+        indices = np.mod(indices, n)
+    elif mode == "clip":
+        indices = np.clip(indices, 0, n - 1)
+    elif mode != "raise":
+        raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {mode!r})")
+    if axis is None:
+        return getitem(reshape(a, (-1,)), indices)
+    return getitem(a, (slice(None),) * (axis % len(shape)) + (indices,))
+
+
+def _np_full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, **kw):
+    template = np.empty(shape_of(_value_of(a)))
+    if istracked(fill_value):
+        _check_common("np.full_like", None, dtype)
+        return broadcast_to(fill_value, template.shape if shape is None else shape)
+    return np.full_like(template, fill_value, dtype=dtype, order=order, subok=subok,
+                        shape=shape, **kw)
+
+
+# The nan-ignoring reductions.  nan is a value at replay time, so the mask of
+# nan elements is computed on every replay (x != x), never frozen at recording.
+def _isnan_mask(a):
+    return P.ne(a, a)
+
+
+def _np_nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOVALUE,
+               where=True):
+    return _np_sum(P.where(_isnan_mask(a), 0.0, a), axis, dtype, out, keepdims, initial, where)
+
+
+def _np_nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NOVALUE,
+                where=True):
+    return _np_prod(P.where(_isnan_mask(a), 1.0, a), axis, dtype, out, keepdims, initial, where)
+
+
+def _np_nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    _check_common("np.nanmean", out, dtype)
+    if where is not True and where is not _NOVALUE:
+        _refuse("np.nanmean", "where")
+    ok = P.eq(a, a)
+    return P.div(reduce("sum", P.where(ok, a, 0.0), axis, keepdims),
+                 reduce("sum", ok, axis, keepdims))      # all-nan slice: 0/0 = nan, as numpy
+
+
+def _nan_extreme(name, fill):
+    def f(a, axis=None, out=None, keepdims=False, initial=_NOVALUE, where=True):
+        nan = _isnan_mask(a)
+        r = reduce(name, P.where(nan, fill, a), axis, keepdims, None, out, initial, where)
+        if _given(initial) or (where is not True and where is not _NOVALUE):
+            return r
+        # an all-nan slice is nan, as numpy (which also warns)
+        return P.where(reduce("all", nan, axis, keepdims), np.nan, r)
+    f.__name__ = f"nan{name}"
+    return f
+
+
 HANDLED_FUNCTIONS = {
-    np.sum: lambda x, axis=None, keepdims=False, **k: reduce("sum", x, axis, keepdims, **k),
-    np.prod: lambda x, axis=None, keepdims=False, **k: reduce("prod", x, axis, keepdims, **k),
-    np.max: lambda x, axis=None, keepdims=False, **k: reduce("max", x, axis, keepdims, **k),
-    np.min: lambda x, axis=None, keepdims=False, **k: reduce("min", x, axis, keepdims, **k),
-    np.all: lambda x, axis=None, keepdims=False, **k: reduce("all", x, axis, keepdims, **k),
-    np.any: lambda x, axis=None, keepdims=False, **k: reduce("any", x, axis, keepdims, **k),
+    np.nansum: _np_nansum, np.nanprod: _np_nanprod, np.nanmean: _np_nanmean,
+    np.nanmax: _nan_extreme("max", -np.inf), np.nanmin: _nan_extreme("min", np.inf),
+    np.sum: _np_sum, np.prod: _np_prod, np.max: _np_max, np.min: _np_min,
+    np.all: _np_all, np.any: _np_any,
     np.mean: mean, np.var: var, np.std: std,
     np.dot: dot, np.vdot: lambda a, b: dot(reshape(a, (-1,)), reshape(b, (-1,))),
     np.inner: inner, np.outer: outer,
     np.where: where, np.clip: clip,
     np.concatenate: concatenate, np.stack: stack, np.hstack: hstack, np.vstack: vstack,
-    np.reshape: lambda x, shape=None, order="C", **k: reshape(x, k.get("newshape", shape), order),
-    np.ravel: lambda x, order="C": reshape(x, (-1,), order),
+    np.reshape: _np_reshape, np.ravel: _np_ravel,
     np.transpose: transpose, np.squeeze: squeeze, np.expand_dims: expand_dims,
     np.broadcast_to: broadcast_to, np.atleast_1d: atleast_1d, np.atleast_2d: atleast_2d,
     np.diff: diff, np.linalg.norm: norm,
@@ -634,11 +993,9 @@ HANDLED_FUNCTIONS = {
     np.size: lambda x, axis=None: np.size(np.empty(shape_of(_value_of(x))), axis),
     np.zeros_like: _plain_like(np.zeros_like), np.ones_like: _plain_like(np.ones_like),
     np.empty_like: _plain_like(np.zeros_like),
-    np.full_like: lambda x, fill_value, **k: np.full(shape_of(_value_of(x)), fill_value),
-    np.copy: lambda x, **k: x,
-    np.take: lambda x, indices, axis=None, **k: (
-        getitem(reshape(x, (-1,)), indices) if axis is None else getitem(
-            x, (slice(None),) * (axis % np.ndim(_value_of(x))) + (indices,))),
+    np.full_like: _np_full_like,
+    np.copy: lambda a, order="K", subok=False: a,
+    np.take: _np_take,
 }
 if hasattr(np, "amax"):
     HANDLED_FUNCTIONS[np.amax] = HANDLED_FUNCTIONS[np.max]
@@ -653,7 +1010,7 @@ _UFUNC_OPS = {
     np.expm1: "expm1", np.sqrt: "sqrt", np.square: "square", np.reciprocal: "reciprocal",
     np.sin: "sin", np.cos: "cos", np.tan: "tan", np.tanh: "tanh", np.sinh: "sinh",
     np.cosh: "cosh", np.arctan: "arctan", np.absolute: "abs", np.fabs: "abs",
-    np.maximum: "maximum", np.minimum: "minimum", np.fmax: "maximum", np.fmin: "minimum",
+    np.maximum: "maximum", np.minimum: "minimum",
     np.logaddexp: "logaddexp", np.arctan2: "arctan2",
     np.logical_and: "logical_and", np.logical_or: "logical_or", np.logical_not: "logical_not",
     np.sign: "sign", np.floor: "floor", np.ceil: "ceil",
@@ -672,11 +1029,32 @@ _UFUNC_SPECIAL = {
     np.log10: lambda x: P.mul(P.log(x), 1.0 / np.log(10.0)),
     np.exp2: lambda x: P.pow(2.0, x),
     np.cbrt: lambda x: P.mul(P.sign(x), P.pow(P.abs(x), 1.0 / 3.0)),
-    np.hypot: lambda x, y: P.sqrt(P.add(P.square(x), P.square(y))),
+    np.hypot: lambda x, y: hypot(x, y),
+    np.fmax: lambda x, y: fmax(x, y), np.fmin: lambda x, y: fmin(x, y),
     np.isnan: lambda x: np.isnan(_value_of(x)),
     np.isfinite: lambda x: np.isfinite(_value_of(x)),
     np.isinf: lambda x: np.isinf(_value_of(x)),
 }
+
+
+def fmax(x, y):
+    """np.fmax: the maximum, ignoring a nan operand (nan only where both are).
+    Selects, so the adjoint goes to the operand that was taken."""
+    return P.where(P.ne(y, y), x, P.where(P.ne(x, x), y, P.maximum(x, y)))
+
+
+def fmin(x, y):
+    return P.where(P.ne(y, y), x, P.where(P.ne(x, x), y, P.minimum(x, y)))
+
+
+def hypot(x, y):
+    """np.hypot without overflow (m * sqrt(1 + (k/m)**2), m = max(|x|, |y|),
+    k = min) and, as C99/numpy, inf when either operand is infinite, nan or not."""
+    ax, ay = P.abs(x), P.abs(y)
+    m, k = P.maximum(ax, ay), P.minimum(ax, ay)
+    safe = P.where(P.eq(m, 0.0), 1.0, m)
+    r = P.mul(m, P.sqrt(P.add(1.0, P.square(P.div(k, safe)))))
+    return P.where(P.logical_or(P.eq(ax, np.inf), P.eq(ay, np.inf)), np.inf, r)
 
 
 def _polygamma(n, x):
@@ -698,23 +1076,38 @@ def array_ufunc(ufunc, method, inputs, kwargs):
                 return _record1(ops.OPS[name], a)
             if len(inputs) == 2 and type(a) in (TrackedReal, TrackedArray):
                 return _record2(ops.OPS[name], a, inputs[1], False)
+    fname = public_name(ufunc) + ("" if method == "__call__" else f".{method}")
+    kwargs = dict(kwargs)
     out = kwargs.pop("out", None)
     if out is not None and any(o is not None for o in (out if isinstance(out, tuple) else (out,))):
-        raise ConversionError("a ufunc with out= would write a tracked value into a plain array; "
-                              "use the returned value instead of out=")
-    kwargs = {k: v for k, v in kwargs.items() if not (k in ("dtype", "casting", "order") and v in
-                                                      (None, "same_kind", "K"))}
+        raise ConversionError(f"{fname} with out= would write a tracked value into a plain "
+                              "array; use the returned value instead of out=")
     if method == "reduce":
         name = _REDUCE_UFUNCS.get(ufunc)
         if name is None:
-            return NotImplemented
-        return reduce(name, inputs[0], kwargs.get("axis", 0), kwargs.get("keepdims", False))
-    if method != "__call__" or kwargs.get("where", True) is not True:
-        raise UnsupportedError(f"np.{ufunc.__name__}.{method} is not supported on tracked values")
-    kwargs.pop("where", None)
+            raise UnsupportedError(f"{fname} is not supported on tracked values")
+        if kwargs.get("dtype") is None:
+            kwargs.pop("dtype", None)
+        result = reduce(name, inputs[0], kwargs.pop("axis", 0), kwargs.pop("keepdims", False),
+                        kwargs.pop("dtype", None), None, kwargs.pop("initial", _NOVALUE),
+                        kwargs.pop("where", True))
+        if kwargs:
+            _refuse(fname, next(iter(kwargs)))
+        return result
+    if method != "__call__":
+        raise UnsupportedError(f"{fname} is not supported on tracked values")
+    # casting=, order= and subok= cannot change a float64 result; dtype= must be
+    # float64; where= would leave the unselected elements undefined (numpy
+    # fills them only into an out= array, which a tracked value cannot be)
+    _check_common(fname, None, kwargs.pop("dtype", None))
+    for k in ("casting", "order", "subok"):
+        kwargs.pop(k, None)
+    if kwargs.pop("where", True) is not True:
+        _refuse(fname, "where", "use np.where(mask, f(x), other) to choose elements")
+    if kwargs.pop("signature", None) is not None:
+        _refuse(fname, "signature")
     if kwargs:
-        raise UnsupportedError(f"np.{ufunc.__name__}(..., {', '.join(kwargs)}=) is not supported "
-                               "on tracked values")
+        _refuse(fname, next(iter(kwargs)))
     name = _UFUNC_OPS.get(ufunc)
     if name is not None:
         return getattr(P, name)(*inputs)
@@ -724,43 +1117,70 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     special = _UFUNC_SPECIAL.get(ufunc)
     if special is not None:
         return special(*inputs)
-    raise UnsupportedError(f"np.{ufunc.__name__} is not supported on tracked values; express it "
+    raise UnsupportedError(f"{fname} is not supported on tracked values; express it "
                            "with supported numpy functions (see the README's op list)")
 
 
-# ---------------------------------------------------------------- scipy.special.logsumexp
-# The scipy.special functions above are ufuncs and dispatch through
-# __array_ufunc__.  logsumexp is a Python function that converts its input
-# with np.asarray, so it cannot dispatch; revtape wraps it once, at import,
-# so that `scipy.special.logsumexp(tracked)` records one instruction and any
-# other input goes to scipy untouched.  (`from scipy.special import
-# logsumexp` done before importing revtape keeps scipy's own function; the
-# error it then raises names revtape.special.logsumexp.)
+# ---------------------------------------------------------------- scipy's Python functions
+# scipy.special's ufuncs (gammaln, expit, ...) dispatch through
+# __array_ufunc__.  Its Python functions (logsumexp, polygamma, ...) convert
+# their input with np.asarray and cannot dispatch; revtape does not patch
+# scipy (that would change scipy for every library in the process), so they
+# raise ConversionError from __array__, naming rt.special.<name> -- revtape's
+# own function of the same name -- when there is one.
 
-def _install_logsumexp():
-    if _sps is None or getattr(_sps.logsumexp, "_revtape", False):
-        return
-    import functools
-    original = _sps.logsumexp
-    original_polygamma = _sps.polygamma
-
-    @functools.wraps(original_polygamma)
-    def polygamma_dispatch(n, x):
-        if istracked(x):
-            return _polygamma(n, x)
-        return original_polygamma(n, x)
-
-    polygamma_dispatch._revtape = True
-    _sps.polygamma = polygamma_dispatch
-
-    @functools.wraps(original)
-    def logsumexp_dispatch(a, axis=None, b=None, keepdims=False, return_sign=False):
-        if istracked(a) or istracked(b):
-            return logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
-        return original(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
-
-    logsumexp_dispatch._revtape = True
-    _sps.logsumexp = logsumexp_dispatch
-
-
-_install_logsumexp()
+def _scipy_caller():
+    """(public scipy name, revtape's replacement or None) of the scipy function
+    that is converting a tracked value with np.asarray, or None when it is not
+    scipy."""
+    import sys
+    f = sys._getframe(2)
+    frames = []
+    while f is not None:
+        mod = f.f_globals.get("__name__", "")
+        if mod.startswith("scipy."):
+            frames.append(f)
+        elif not mod.startswith(("numpy", "revtape")):
+            break                          # user code: whoever called scipy (or asarray)
+        f = f.f_back
+    if not frames:
+        return None
+    # the outermost frame that is a public function of its scipy package (not
+    # a decorator's wrapper in scipy._lib), else the outermost scipy frame
+    outer = frames[-1]
+    name = outer.f_code.co_name
+    package = ".".join(outer.f_globals["__name__"].split(".")[:2])   # e.g. scipy.special
+    public = f"{package}.{getattr(outer.f_code, 'co_qualname', name)}"
+    for fr in reversed(frames):
+        pkg = ".".join(fr.f_globals["__name__"].split(".")[:2])
+        if callable(getattr(sys.modules.get(pkg), fr.f_code.co_name, None)):
+            outer, name, package = fr, fr.f_code.co_name, pkg
+            public = f"{package}.{getattr(fr.f_code, 'co_qualname', name)}"
+            break
+    else:
+        # a decorator's wrapper (scipy._lib) converting before it calls the
+        # function it wraps: name that function
+        for v in list(outer.f_locals.values()):
+            mod = getattr(v, "__module__", None) or ""
+            fname = getattr(v, "__name__", "")
+            pkg = ".".join(mod.split(".")[:2])
+            if (callable(v) and mod.startswith("scipy.")
+                    and getattr(sys.modules.get(pkg), fname, None) is not None):
+                name, package, public = fname, pkg, f"{pkg}.{fname}"
+                break
+    from . import special
+    ours = f"rt.special.{name}" if (package == "scipy.special"
+                                    and callable(getattr(special, name, None))) else None
+    if package == "scipy.linalg" and name in getattr(sys.modules.get("revtape.linalg"),
+                                                     "_SCIPY", ()):
+        public = f"scipy.linalg.{name}"
+        ours = f"revtape.linalg's {name} (scipy.linalg.{name} looked up after importing revtape)"
+    if package == "scipy.stats":
+        # a distribution method (norm.logpdf): its instance names the distribution
+        dist = getattr(outer.f_locals.get("self"), "name", None)
+        if dist:
+            public = f"scipy.stats.{dist}.{name}"
+            rt_stats = sys.modules.get("revtape.stats")
+            if callable(getattr(getattr(rt_stats, dist, None), name, None)):
+                ours = f"rt.stats.{dist}.{name}"
+    return public, ours
