@@ -28,6 +28,7 @@
 #include "vm.h"
 #include "ops_generated.h"
 #include "specfun.h"
+#include "kernels.h"
 #include "linalg.h"
 
 #ifndef M_2_SQRTPI
@@ -90,36 +91,9 @@ int32_t rt_num_ops(void) { return RT_NUM_OPS; }
 
 /* ------------------------------------------------------------------ kernels */
 
-/* numpy's pairwise summation (pairwise_sum_DOUBLE), so that REDUCE_SUM over a
- * contiguous run is bit-identical to np.sum of that run (checked against
- * numpy 2.4 for n = 1..400 and up to 20000): 8 accumulators up to 128
- * elements, halving (at multiples of 8) above.  Recursion depth is log2(n). */
-static double rt_pairwise_sum(const double *x, int64_t n)
-{
-    if (n < 8) {
-        double res = 0.0;
-        int64_t i;
-        for (i = 0; i < n; i++)
-            res += x[i];
-        return res;
-    } else if (n <= 128) {
-        double r[8], res;
-        int64_t i, j;
-        for (j = 0; j < 8; j++)
-            r[j] = x[j];
-        for (i = 8; i < n - (n % 8); i += 8)
-            for (j = 0; j < 8; j++)
-                r[j] += x[i + j];
-        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++)
-            res += x[i];
-        return res;
-    } else {
-        int64_t n2 = n / 2;
-        n2 -= n2 % 8;
-        return rt_pairwise_sum(x, n2) + rt_pairwise_sum(x + n2, n - n2);
-    }
-}
+/* numpy's pairwise summation, bit for bit: kernels.c (its 8-accumulator
+ * blocks vectorise there). */
+#define rt_pairwise_sum rt_k_pairwise_sum
 
 /* np.max / np.min: nan propagates (numpy's `io1 >= in2 || isnan(io1)`). */
 static double rt_seg_max(const double *x, int64_t n)
@@ -262,10 +236,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FX;                                                        \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = v[a + i];                                        \
-            v[o + i] = FX;                                                    \
-        }                                                                     \
+        rt_kf_##NAME(n, v, o, a);           /* arrays: kernels.c */        \
         VM_NEXT;                                                              \
     }
 
@@ -277,10 +248,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FXY;                                                       \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = v[a + i], y = v[b + i];                          \
-            v[o + i] = FXY;                                                   \
-        }                                                                     \
+        rt_kf_##NAME##_VV(n, v, o, a, b);                                 \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_VS) {                                                      \
@@ -290,10 +258,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FXY;                                                       \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = v[a + i];                                        \
-            v[o + i] = FXY;                                                   \
-        }                                                                     \
+        rt_kf_##NAME##_VS(n, v, o, a, b);                                 \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_SV) {                                                      \
@@ -303,10 +268,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
             v[o] = FXY;                                                       \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double y = v[b + i];                                        \
-            v[o + i] = FXY;                                                   \
-        }                                                                     \
+        rt_kf_##NAME##_SV(n, v, o, a, b);                                 \
         VM_NEXT;                                                              \
     }
 
@@ -349,23 +311,10 @@ vm_next:
         RT_BINARY_ND(FWD_BINARY_ND)
         RT_GUARDS(FWD_GUARD)
 
-        VM_CASE(WHERE_VV) {
-            for (i = 0; i < n; i++)
-                v[o + i] = v[a + i] != 0.0 ? v[b + i] : v[c + i];
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_VS) {
-            const double z = v[c];
-            for (i = 0; i < n; i++)
-                v[o + i] = v[a + i] != 0.0 ? v[b + i] : z;
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_SV) {
-            const double t = v[b];
-            for (i = 0; i < n; i++)
-                v[o + i] = v[a + i] != 0.0 ? t : v[c + i];
-            VM_NEXT;
-        }
+        /* WHERE and CLIP: kernels.c */
+        VM_CASE(WHERE_VV) { rt_kf_WHERE_VV(n, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_VS) { rt_kf_WHERE_VS(n, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_SV) { rt_kf_WHERE_SV(n, v, o, a, b, c); VM_NEXT; }
         VM_CASE(AXPY) {
             /* out = a + b*c (b one scalar): rounded as the add of a rounded
              * product, exactly like the two instructions it replaces. */
@@ -399,20 +348,7 @@ vm_next:
             v[o] = acc;
             VM_NEXT;
         }
-        VM_CASE(CLIP) {
-            /* np.clip = minimum(maximum(x, lo), hi): nan in x or in a bound
-             * propagates, and lo > hi gives hi. */
-            const double lo = v[b], hi = v[c];
-            for (i = 0; i < n; i++) {
-                double t = v[a + i];
-                if (!(t >= lo || t != t))
-                    t = lo;
-                if (!(t <= hi || t != t))
-                    t = hi;
-                v[o + i] = t;
-            }
-            VM_NEXT;
-        }
+        VM_CASE(CLIP) { rt_kf_CLIP(n, v, o, a, b, c); VM_NEXT; }
 
         VM_CASE(REDUCE_SUM) {
             for (s = 0; s < n; s++)
@@ -526,15 +462,7 @@ vm_next:
             }                                                                 \
             VM_NEXT;                                                          \
         }                                                                     \
-        if (fl & 1)                                                           \
-            for (i = 0; i < n; i++) {                                         \
-                const double g = d[o + i];                                    \
-                if (g != 0.0) {                                               \
-                    const double x = v[a + i], f = v[o + i];                  \
-                    (void)x; (void)f;                                         \
-                    d[a + i] += g * (DX);                                     \
-                }                                                             \
-            }                                                                 \
+        rt_kr_##NAME(fl, n, d, v, o, a);    /* arrays: kernels.c */        \
         VM_NEXT;                                                              \
     }
 
@@ -552,15 +480,7 @@ vm_next:
             }                                                                 \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = d[o + i];                                        \
-            if (g != 0.0) {                                                   \
-                const double x = v[a + i], y = v[b + i], f = v[o + i];        \
-                (void)x; (void)y; (void)f;                                    \
-                if (fl & 1) d[a + i] += g * (DX);                             \
-                if (fl & 2) d[b + i] += g * (DY);                             \
-            }                                                                 \
-        }                                                                     \
+        rt_kr_##NAME##_VV(fl, n, d, v, o, a, b);                             \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_VS) {                                                      \
@@ -578,16 +498,7 @@ vm_next:
             if (fl & 2) d[b] += sy;                                           \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = d[o + i];                                        \
-            if (g != 0.0) {                                                   \
-                const double x = v[a + i], f = v[o + i];                      \
-                (void)x; (void)f;                                             \
-                if (fl & 1) d[a + i] += g * (DX);                             \
-                if (fl & 2) sy += g * (DY);                                   \
-            }                                                                 \
-        }                                                                     \
-        if (fl & 2) d[b] += sy;                                               \
+        rt_kr_##NAME##_VS(fl, n, d, v, o, a, b);                             \
         VM_NEXT;                                                              \
     }                                                                         \
     VM_CASE(NAME##_SV) {                                                      \
@@ -605,16 +516,7 @@ vm_next:
             if (fl & 1) d[a] += sx;                                           \
             VM_NEXT;                                                          \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = d[o + i];                                        \
-            if (g != 0.0) {                                                   \
-                const double y = v[b + i], f = v[o + i];                      \
-                (void)y; (void)f;                                             \
-                if (fl & 1) sx += g * (DX);                                   \
-                if (fl & 2) d[b + i] += g * (DY);                             \
-            }                                                                 \
-        }                                                                     \
-        if (fl & 1) d[a] += sx;                                               \
+        rt_kr_##NAME##_SV(fl, n, d, v, o, a, b);                             \
         VM_NEXT;                                                              \
     }
 
@@ -658,49 +560,9 @@ vm_next:
         RT_NO_DERIVATIVE
 
         /* WHERE: the condition (a) is never differentiated. */
-        VM_CASE(WHERE_VV) {
-            for (i = 0; i < n; i++) {
-                const double g = d[o + i];
-                if (g != 0.0) {
-                    if (v[a + i] != 0.0) {
-                        if (fl & 2) d[b + i] += g;
-                    } else {
-                        if (fl & 4) d[c + i] += g;
-                    }
-                }
-            }
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_VS) {
-            double sz = 0.0;
-            for (i = 0; i < n; i++) {
-                const double g = d[o + i];
-                if (g != 0.0) {
-                    if (v[a + i] != 0.0) {
-                        if (fl & 2) d[b + i] += g;
-                    } else {
-                        sz += g;
-                    }
-                }
-            }
-            if (fl & 4) d[c] += sz;
-            VM_NEXT;
-        }
-        VM_CASE(WHERE_SV) {
-            double st = 0.0;
-            for (i = 0; i < n; i++) {
-                const double g = d[o + i];
-                if (g != 0.0) {
-                    if (v[a + i] != 0.0) {
-                        st += g;
-                    } else {
-                        if (fl & 4) d[c + i] += g;
-                    }
-                }
-            }
-            if (fl & 2) d[b] += st;
-            VM_NEXT;
-        }
+        VM_CASE(WHERE_VV) { rt_kr_WHERE_VV(fl, n, d, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_VS) { rt_kr_WHERE_VS(fl, n, d, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(WHERE_SV) { rt_kr_WHERE_SV(fl, n, d, v, o, a, b, c); VM_NEXT; }
         VM_CASE(AXPY) {
             /* The add's reverse, then the product's, in the order the two
              * separate instructions would accumulate them. */
@@ -753,13 +615,7 @@ vm_next:
         VM_CASE(CLIP) {
             /* Zero at the bounds (autograd's convention).  The bounds are
              * constants: flags 2 and 4 are ignored. */
-            const double lo = v[b], hi = v[c];
-            if (fl & 1)
-                for (i = 0; i < n; i++) {
-                    const double g = d[o + i], f = v[o + i];
-                    if (g != 0.0 && f != lo && f != hi)
-                        d[a + i] += g;
-                }
+            rt_kr_CLIP(fl, n, d, v, o, a, b, c);
             VM_NEXT;
         }
 
@@ -769,8 +625,7 @@ vm_next:
                     const double g = d[o + s];
                     double *dx = d + a + s * b;
                     if (g != 0.0)
-                        for (i = 0; i < b; i++)
-                            dx[i] += g;
+                        rt_k_add_scalar(b, dx, g);
                 }
             VM_NEXT;
         }
@@ -913,17 +768,13 @@ vm_next:
             }                                                                 \
             VM_NEXT;                          /* else t[o] stays 0 */         \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double ta = t[a + i], x = v[a + i], f = v[o + i];           \
-            (void)x; (void)f;                                                 \
-            t[o + i] = ta != 0.0 ? ta * (DX) : 0.0;                           \
-        }                                                                     \
+        rt_kt_##NAME(n, t, v, o, a);        /* arrays: kernels.c */        \
         VM_NEXT;                                                              \
     }
 
-/* TA and TB: the operands' tangents, zero when a flag is off.  A scalar
- * result with two zero tangents is left as the caller zeroed it. */
-#define TAN_BINARY_(NAME, X, Y, TA, TB, DX, DY)                               \
+/* An operand's tangent is zero when its flag is off.  A scalar result with
+ * two zero tangents is left as the caller zeroed it. */
+#define TAN_BINARY_(NAME, V, DX, DY)                                          \
         if (n == 1) {                                                         \
             const double ta = (fl & 1) ? t[a] : 0.0, tb = (fl & 2) ? t[b] : 0.0; \
             if (ta != 0.0 || tb != 0.0) {                                     \
@@ -936,21 +787,13 @@ vm_next:
             }                                                                 \
             VM_NEXT;                          /* else t[o] stays 0 */         \
         }                                                                     \
-        for (i = 0; i < n; i++) {                                             \
-            const double x = (X), y = (Y), f = v[o + i];                      \
-            const double ta = (fl & 1) ? (TA) : 0.0, tb = (fl & 2) ? (TB) : 0.0; \
-            double r = 0.0;                                                   \
-            (void)x; (void)y; (void)f;                                        \
-            if (ta != 0.0) r += ta * (DX);                                    \
-            if (tb != 0.0) r += tb * (DY);                                    \
-            t[o + i] = r;                                                     \
-        }                                                                     \
+        rt_kt_##NAME##_##V(fl, n, t, v, o, a, b);   /* arrays: kernels.c */ \
         VM_NEXT;
 
 #define TAN_BINARY(NAME, FXY, DX, DY)                                         \
-    VM_CASE(NAME##_VV) { TAN_BINARY_(NAME, v[a + i], v[b + i], t[a + i], t[b + i], DX, DY) } \
-    VM_CASE(NAME##_VS) { TAN_BINARY_(NAME, v[a + i], v[b], t[a + i], t[b], DX, DY) } \
-    VM_CASE(NAME##_SV) { TAN_BINARY_(NAME, v[a], v[b + i], t[a], t[b + i], DX, DY) }
+    VM_CASE(NAME##_VV) { TAN_BINARY_(NAME, VV, DX, DY) }                      \
+    VM_CASE(NAME##_VS) { TAN_BINARY_(NAME, VS, DX, DY) }                      \
+    VM_CASE(NAME##_SV) { TAN_BINARY_(NAME, SV, DX, DY) }
 
 /* out += A @ B (M x K times K x N), plain products. */
 static void rt_matmul_acc(double *out, const double *A, const double *B,
@@ -1444,6 +1287,12 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
     if (lc >= 0 && !rt_vregion(vc, "operand c", c, lc, 0))
         return 0;
     if (lo >= 0 && !rt_vregion(vc, "output", o, lo, 1))
+        return 0;
+    /* No kernel writes over what it reads: the array kernels (kernels.c)
+     * qualify their pointers restrict on this guarantee. */
+    if (lo >= 0 && ((la >= 0 && !rt_voverlap(vc, "operand a", o, lo, a, la))
+                    || (lb >= 0 && !rt_voverlap(vc, "operand b", o, lo, b, lb))
+                    || (lc >= 0 && !rt_voverlap(vc, "operand c", o, lo, c, lc))))
         return 0;
     return 1;
 }

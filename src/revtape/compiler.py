@@ -18,6 +18,7 @@ a tape needs:
 Arena layout: [inputs | constants | intermediates], see csrc/vm.h.
 """
 
+import array
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -78,6 +79,28 @@ _VV_CODE = {op: OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
             if op.family in (ops.BINARY, ops.BINARY_ND)}
 
 
+class _Words:
+    """The instruction words as they are emitted, in one flat int64
+    array.array (6 words an instruction): a list of 6-tuples of Python ints
+    costs ~200 bytes an instruction, this 48 -- at a million-step tape that
+    is most of the compiler's peak memory.  append() takes the same 6-tuple
+    a list would."""
+    __slots__ = ("_a",)
+
+    def __init__(self):
+        self._a = array.array("q")
+
+    def append(self, word):
+        self._a.extend(word)
+
+    def __len__(self):
+        return len(self._a) // WORDS
+
+    def to_numpy(self):
+        return np.frombuffer(self._a, dtype=np.int64).reshape(-1, WORDS) if self._a \
+            else np.zeros((0, WORDS), dtype=np.int64)
+
+
 def _size(shape):
     return math.prod(shape)
 
@@ -92,7 +115,7 @@ class _Lowering:
         self.vals = tape._vals
         self.guards_on = guards
         self.n_grad = len(tape._inputs) if n_grad is None else n_grad
-        self.words = []
+        self.words = _Words()
         self.ints = []
         self.const_vals = []
         self.scalar_consts = {}
@@ -108,10 +131,13 @@ class _Lowering:
         inputs = [t._id for t in tape._inputs]
         dep = set(inputs)                          # depends on an input: recomputed per replay
         adj = set(inputs[:self.n_grad])            # leads back to a differentiated input
+        # isdisjoint: the membership tests run in C (a generator expression
+        # per instruction cost more than everything else in this loop)
+        dep_free, adj_free = dep.isdisjoint, adj.isdisjoint
         for op, out, args, params in tape._instrs:
-            if out >= 0 and any(a in dep for a in args):
+            if out >= 0 and not dep_free(args):
                 dep.add(out)
-                if op.diff and any(a in adj for a in args):
+                if op.diff and not adj_free(args):
                     adj.add(out)
         roots = {tape._output._id}
         if getattr(tape, "_value_id", None) is not None:
@@ -122,16 +148,17 @@ class _Lowering:
         self.roots = roots
         live = set(roots)
         kept = []
+        live_update, guards_on = live.update, self.guards_on
         for instr in reversed(tape._instrs):
             op, out, args, params = instr
             if op is _GUARD:
-                if not self.guards_on or not any(a in dep for a in args):
+                if not guards_on or dep_free(args):
                     continue                        # a guard on constants never changes
                 kept.append(instr)
-                live.update(args)
+                live_update(args)
             elif out in live and out in dep:
                 kept.append(instr)
-                live.update(args)
+                live_update(args)
         kept.reverse()
         self.dep, self.adj, self.kept, self.inputs = dep, adj, kept, inputs
 
@@ -162,7 +189,7 @@ class _Lowering:
 
     def _const(self, v):
         if type(v) is float:
-            key = (v, np.signbit(v)) if v == v else None
+            key = (v, math.copysign(1.0, v) < 0.0) if v == v else None   # 0.0 and -0.0 apart
             if key is not None and key in self.scalar_consts:
                 return self.scalar_consts[key]
             off = self.const_base + len(self.const_vals)
@@ -242,9 +269,10 @@ class _Lowering:
             if (i is None or kept[i][0] is not want or uses.get(t) != 1 or t in self.roots
                     or k - i > 8 or i in inner_of):
                 return None
-            operands = slots(kept[i][2])
-            if any(operands.intersection(reads(m)) for m in range(i + 1, k)):
-                return None
+            if k - i > 1:                     # (adjacent: nothing in between to check)
+                operands = slots(kept[i][2])
+                if any(operands.intersection(reads(m)) for m in range(i + 1, k)):
+                    return None
             return i
 
         for k, (op, out, args, params) in enumerate(kept):
@@ -503,7 +531,7 @@ class _Lowering:
     def program(self):
         tape = self.tape
         out_id = tape._output._id
-        code = np.array(self.words, dtype=np.int64).reshape(-1, WORDS)
+        code = self.words.to_numpy()
         if code.size and (code.max() > np.iinfo(np.int32).max or self.next_free > 2**31 - 1):
             raise UnsupportedError("the tape is too large for 32-bit offsets")
         consts = np.array(self.const_vals, dtype=np.float64)

@@ -2,9 +2,9 @@
 
 scipy.special's ufuncs (gammaln, digamma, expit, log_expit, erf, xlogy) also
 work straight from scipy.special on tracked values (they dispatch through
-__array_ufunc__).  scipy's Python functions (logsumexp, polygamma) cannot:
-they convert with np.asarray, and revtape does not patch scipy, so calling
-them on a tracked value raises ConversionError naming the function here.
+__array_ufunc__).  scipy's Python functions (logsumexp, polygamma) convert
+with np.asarray; SCIPY_ROUTED below are routed here on tracked arguments
+only (see _scipy_dispatch: plain calls reach scipy's original unchanged).
 Everything here works without scipy installed.
 
 Adding a function: define it here with scipy.special's name and signature,
@@ -15,7 +15,9 @@ it; add it to __all__.  A plain (untracked) call returns what scipy returns.
 
 import numpy as np
 
+from . import _scipy_dispatch
 from .errors import UnsupportedError
+from .ops import sps
 from .ops import P
 from .tracked import _polygamma, istracked
 from .tracked import logsumexp as _tracked_logsumexp
@@ -58,6 +60,10 @@ def polygamma(n, x):
         raise UnsupportedError("without scipy, polygamma takes one integer n")
     return _specfun.polygamma(n, x)
 
+
+# scipy.special's Python functions that route here when an argument is tracked
+SCIPY_ROUTED = {"logsumexp": logsumexp, "polygamma": polygamma}
+_scipy_dispatch.route(sps, SCIPY_ROUTED)
 
 __all__ = ["gammaln", "digamma", "psi", "expit", "log_expit", "erf", "xlogy", "logsumexp",
            "polygamma"]

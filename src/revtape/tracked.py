@@ -206,8 +206,7 @@ class Tracked:
             public, ours = caller
             raise ConversionError(
                 f"{public} converts its input with np.asarray, so it cannot trace a tracked "
-                "value" + (" (revtape does not patch scipy.special). "
-                           if public.startswith("scipy.special.") else ". ") + (
+                "value. " + (
                     f"Use {ours}, revtape's version, which works on tracked and plain values."
                     if ours else "Express it with numpy functions, rt.special or rt.stats."))
         raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
@@ -1124,10 +1123,11 @@ def array_ufunc(ufunc, method, inputs, kwargs):
 # ---------------------------------------------------------------- scipy's Python functions
 # scipy.special's ufuncs (gammaln, expit, ...) dispatch through
 # __array_ufunc__.  Its Python functions (logsumexp, polygamma, ...) convert
-# their input with np.asarray and cannot dispatch; revtape does not patch
-# scipy (that would change scipy for every library in the process), so they
-# raise ConversionError from __array__, naming rt.special.<name> -- revtape's
-# own function of the same name -- when there is one.
+# their input with np.asarray and cannot dispatch: the few SPEC names are
+# routed to revtape's on tracked arguments (_scipy_dispatch); any other (or
+# all of them, with REVTAPE_SCIPY_DISPATCH=0) raises ConversionError from
+# __array__, naming rt.special.<name> -- revtape's own function of the same
+# name -- when there is one.
 
 def _scipy_caller():
     """(public scipy name, revtape's replacement or None) of the scipy function

@@ -1,0 +1,424 @@
+/* The VM's array kernels: the n > 1 elementwise loops of the forward and
+ * reverse sweeps, generated from the X-macro tables of ops_generated.h (the
+ * scalar n == 1 paths stay inline in vm.c's dispatch).
+ *
+ * Why a translation unit of their own: these loops want the vectoriser
+ * (-O3's cost model vectorises a loop of unknown length, -O2's does not),
+ * while -O3 on the whole VM slows the dispatch of scalar code.  So this
+ * file alone is optimised for O3 (the pragma below) and the sweeps call in
+ * for arrays only, one call per instruction.
+ *
+ * Why `restrict` is sound: the verifier refuses an instruction whose output
+ * region overlaps an operand region (vm.c, rt_verify_instr), so the written
+ * arrays (v + o forward, d + a / d + b reverse) never alias what a loop reads
+ * (v + a, v + b, v + o, d + o).  Two operand adjoints may alias each other
+ * (x * x, x[1:] - x[:-1]): then they are updated in two passes, ordered so
+ * that every slot receives its contributions in the order the one-loop
+ * version adds them (bit for bit).
+ *
+ * The zero-adjoint rule (CppAD's azmul: an exactly-zero adjoint contributes
+ * nothing, even through an inf/nan partial) is branch-free: the loop adds
+ * `g != 0 ? g * partial : -0.0`, and adding -0.0 leaves every double, -0.0
+ * included, unchanged -- the same bits as skipping the element.
+ *
+ * AVX2 clones (target_clones, chosen at load time by the CPU) give x86-64
+ * machines that have it 4-wide loops; AVX2 alone brings no FMA, so the
+ * roundings stay those of the scalar code.
+ *
+ * Sums into a scalar operand's adjoint (the _VS / _SV reverse) stay strict
+ * left-to-right loops: the compiler may not reassociate them (no
+ * -ffast-math), which keeps them bit-identical to the reference replay.
+ */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE 1   /* M_2_SQRTPI */
+#endif
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "specfun.h"
+
+#ifndef M_2_SQRTPI
+#define M_2_SQRTPI 1.12837916709551257390
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* fp-contract=off: a fused multiply-add would round differently from the
+ * scalar code and the reference replay.  no-trapping-math: lets the
+ * vectoriser compute g * partial for every element and select (it changes
+ * no value: it only stops gcc from keeping the multiply behind the g != 0
+ * branch in case it raises a floating-point trap, which nothing enables). */
+#pragma GCC optimize("O3", "fp-contract=off", "no-trapping-math")
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define RT_KCLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define RT_KCLONES
+#endif
+
+/* g * partial, or -0.0 (the additive identity) for an exactly-zero g */
+#define RT_AZ(g, D) ((g) != 0.0 ? (g) * (D) : -0.0)
+
+/* ------------------------------------------------------------------ unary */
+
+#define KF_UNARY_(NAME, FX)                                                   \
+    RT_KCLONES static void rt_kfp_##NAME(int64_t n, double *restrict out,                \
+                              const double *restrict xa)                      \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double x = xa[i];                                           \
+            out[i] = FX;                                                      \
+        }                                                                     \
+    }                                                                         \
+    void rt_kf_##NAME(int64_t n, double *v, int64_t o, int64_t a)             \
+    {                                                                         \
+        rt_kfp_##NAME(n, v + o, v + a);                                       \
+    }
+
+#define KR_UNARY_(NAME, DX)                                                   \
+    RT_KCLONES static void rt_krp_##NAME(int64_t n, double *restrict da,                 \
+                              const double *restrict go,                      \
+                              const double *restrict xa,                      \
+                              const double *restrict fo)                      \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double g = go[i], x = xa[i], f = fo[i];                     \
+            (void)x; (void)f;                                                 \
+            da[i] += RT_AZ(g, DX);                                            \
+        }                                                                     \
+    }                                                                         \
+    void rt_kr_##NAME(uint32_t fl, int64_t n, double *d, const double *v,     \
+                      int64_t o, int64_t a)                                   \
+    {                                                                         \
+        if (fl & 1)                                                           \
+            rt_krp_##NAME(n, d + a, d + o, v + a, v + o);                     \
+    }
+
+#define K_UNARY(NAME, FX, DX) KF_UNARY_(NAME, FX) KR_UNARY_(NAME, DX)
+#define K_UNARY_ND(NAME, FX) KF_UNARY_(NAME, FX)
+
+RT_UNARY(K_UNARY)
+RT_UNARY_ND(K_UNARY_ND)
+
+/* ------------------------------------------------------------------ binary */
+
+/* X, Y: the operands' i-th element (xa[0] / yb[0] for a scalar operand:
+ * nothing in the loop writes it, so it is loaded once). */
+#define KF_BINARY_(NAME, V, X, Y, FXY)                                        \
+    RT_KCLONES static void rt_kfp_##NAME##_##V(int64_t n, double *restrict out,          \
+                                    const double *restrict xa,                \
+                                    const double *restrict yb)                \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double x = (X), y = (Y);                                    \
+            out[i] = FXY;                                                     \
+        }                                                                     \
+    }                                                                         \
+    void rt_kf_##NAME##_##V(int64_t n, double *v, int64_t o, int64_t a, int64_t b) \
+    {                                                                         \
+        rt_kfp_##NAME##_##V(n, v + o, v + a, v + b);                          \
+    }
+
+/* One pass adding g * D into dd[i]; X and Y as above. */
+#define KR_PASS_(FN, X, Y, D)                                                 \
+    RT_KCLONES static void FN(int64_t n, double *restrict dd, const double *restrict go, \
+                   const double *restrict xa, const double *restrict yb,      \
+                   const double *restrict fo)                                 \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double g = go[i], x = (X), y = (Y), f = fo[i];              \
+            (void)x; (void)y; (void)f;                                        \
+            dd[i] += RT_AZ(g, D);                                             \
+        }                                                                     \
+    }
+
+/* The strict left-to-right sum of g * D (the scalar operand's adjoint). */
+#define KR_SUM_(FN, X, Y, D)                                                  \
+    static double FN(int64_t n, const double *go, const double *xa,          \
+                     const double *yb, const double *fo)                      \
+    {                                                                         \
+        int64_t i;                                                            \
+        double s = 0.0;                                                       \
+        for (i = 0; i < n; i++) {                                             \
+            const double g = go[i], x = (X), y = (Y), f = fo[i];              \
+            (void)x; (void)y; (void)f;                                        \
+            s += RT_AZ(g, D);                                                 \
+        }                                                                     \
+        return s;                                                             \
+    }
+
+#define KR_BINARY_(NAME, DX, DY)                                              \
+    KR_PASS_(rt_krp_##NAME##_VV_a, xa[i], yb[i], DX)                          \
+    KR_PASS_(rt_krp_##NAME##_VV_b, xa[i], yb[i], DY)                          \
+    RT_KCLONES static void rt_krp_##NAME##_VV_ab(int64_t n, double *restrict da,         \
+                                      double *restrict db,                    \
+                                      const double *restrict go,              \
+                                      const double *restrict xa,              \
+                                      const double *restrict yb,              \
+                                      const double *restrict fo)              \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double g = go[i], x = xa[i], y = yb[i], f = fo[i];          \
+            (void)x; (void)y; (void)f;                                        \
+            da[i] += RT_AZ(g, DX);                                            \
+            db[i] += RT_AZ(g, DY);                                            \
+        }                                                                     \
+    }                                                                         \
+    void rt_kr_##NAME##_VV(uint32_t fl, int64_t n, double *d, const double *v, \
+                           int64_t o, int64_t a, int64_t b)                   \
+    {                                                                         \
+        const double *go = d + o, *xa = v + a, *yb = v + b, *fo = v + o;      \
+        if ((fl & 3) != 3) {                                                  \
+            if (fl & 1) rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo);       \
+            if (fl & 2) rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo);       \
+        } else if (a + n <= b || b + n <= a) {                                \
+            rt_krp_##NAME##_VV_ab(n, d + a, d + b, go, xa, yb, fo);           \
+        } else if (a >= b) {                                                  \
+            /* slot p gets a's term from element p-a before b's from p-b */   \
+            rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo);                   \
+            rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo);                   \
+        } else {                                                              \
+            rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo);                   \
+            rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo);                   \
+        }                                                                     \
+    }                                                                         \
+    KR_PASS_(rt_krp_##NAME##_VS_a, xa[i], yb[0], DX)                             \
+    KR_SUM_(rt_krs_##NAME##_VS_b, xa[i], yb[0], DY)                              \
+    void rt_kr_##NAME##_VS(uint32_t fl, int64_t n, double *d, const double *v, \
+                           int64_t o, int64_t a, int64_t b)                   \
+    {                                                                         \
+        if (fl & 1) rt_krp_##NAME##_VS_a(n, d + a, d + o, v + a, v + b, v + o); \
+        if (fl & 2) d[b] += rt_krs_##NAME##_VS_b(n, d + o, v + a, v + b, v + o); \
+    }                                                                         \
+    KR_SUM_(rt_krs_##NAME##_SV_a, xa[0], yb[i], DX)                              \
+    KR_PASS_(rt_krp_##NAME##_SV_b, xa[0], yb[i], DY)                             \
+    void rt_kr_##NAME##_SV(uint32_t fl, int64_t n, double *d, const double *v, \
+                           int64_t o, int64_t a, int64_t b)                   \
+    {                                                                         \
+        if (fl & 2) rt_krp_##NAME##_SV_b(n, d + b, d + o, v + a, v + b, v + o); \
+        if (fl & 1) d[a] += rt_krs_##NAME##_SV_a(n, d + o, v + a, v + b, v + o); \
+    }
+
+#define KF_BINARY3_(NAME, FXY)                                                \
+    KF_BINARY_(NAME, VV, xa[i], yb[i], FXY)                                   \
+    KF_BINARY_(NAME, VS, xa[i], yb[0], FXY)                                      \
+    KF_BINARY_(NAME, SV, xa[0], yb[i], FXY)
+
+#define K_BINARY(NAME, FXY, DX, DY) KF_BINARY3_(NAME, FXY) KR_BINARY_(NAME, DX, DY)
+#define K_BINARY_ND(NAME, FXY) KF_BINARY3_(NAME, FXY)
+
+RT_BINARY(K_BINARY)
+RT_BINARY_ND(K_BINARY_ND)
+
+/* ------------------------------------------------------------------ others */
+
+/* numpy's pairwise summation (pairwise_sum_DOUBLE), so that REDUCE_SUM over a
+ * contiguous run is bit-identical to np.sum of that run (checked against
+ * numpy 2.4 for n = 1..400 and up to 20000): 8 accumulators up to 128
+ * elements, halving (at multiples of 8) above.  Recursion depth is log2(n). */
+RT_KCLONES double rt_k_pairwise_sum(const double *x, int64_t n)
+{
+    if (n < 8) {
+        double res = 0.0;
+        int64_t i;
+        for (i = 0; i < n; i++)
+            res += x[i];
+        return res;
+    } else if (n <= 128) {
+        double r[8], res;
+        int64_t i, j;
+        for (j = 0; j < 8; j++)
+            r[j] = x[j];
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (j = 0; j < 8; j++)
+                r[j] += x[i + j];
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            res += x[i];
+        return res;
+    } else {
+        int64_t n2 = n / 2;
+        n2 -= n2 % 8;
+        return rt_k_pairwise_sum(x, n2) + rt_k_pairwise_sum(x + n2, n - n2);
+    }
+}
+
+
+RT_KCLONES void rt_k_add_scalar(int64_t n, double *dx, double g)
+{
+    int64_t i;
+    for (i = 0; i < n; i++)
+        dx[i] += g;
+}
+
+/* ------------------------------------------------------------------ where, clip
+ * out = a != 0 ? b : c; the condition is never differentiated.  _VS: c is a
+ * scalar, _SV: b is.  The scalar branch's adjoint is a left-to-right sum. */
+
+#define KW_FWD_(V, B, C)                                                      \
+    RT_KCLONES static void rt_kwp_##V(int64_t n, double *restrict out,        \
+                                      const double *restrict ca,              \
+                                      const double *restrict xb,              \
+                                      const double *restrict yc)              \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++)                                               \
+            out[i] = ca[i] != 0.0 ? (B) : (C);                                \
+    }
+KW_FWD_(VV, xb[i], yc[i])
+KW_FWD_(VS, xb[i], yc[0])
+KW_FWD_(SV, xb[0], yc[i])
+
+void rt_kf_WHERE_VV(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c)
+{
+    rt_kwp_VV(n, v + o, v + a, v + b, v + c);
+}
+void rt_kf_WHERE_VS(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c)
+{
+    rt_kwp_VS(n, v + o, v + a, v + b, v + c);
+}
+void rt_kf_WHERE_SV(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c)
+{
+    rt_kwp_SV(n, v + o, v + a, v + b, v + c);
+}
+
+/* dd[i] += g where the condition is `take` (1: true, 0: false) */
+RT_KCLONES static void rt_kwr_pass(int64_t n, double *restrict dd, const double *restrict go,
+                                   const double *restrict ca, int take)
+{
+    int64_t i;
+    if (take)
+        for (i = 0; i < n; i++)
+            dd[i] += go[i] != 0.0 && ca[i] != 0.0 ? go[i] : -0.0;
+    else
+        for (i = 0; i < n; i++)
+            dd[i] += go[i] != 0.0 && ca[i] == 0.0 ? go[i] : -0.0;
+}
+
+static double rt_kwr_sum(int64_t n, const double *go, const double *ca, int take)
+{
+    int64_t i;
+    double s = 0.0;
+    for (i = 0; i < n; i++)
+        s += go[i] != 0.0 && (ca[i] != 0.0) == take ? go[i] : -0.0;
+    return s;
+}
+
+void rt_kr_WHERE_VV(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
+                    int64_t b, int64_t c)
+{
+    /* each element feeds b or c, never both, so only slots that both
+     * regions cover need an order: by element, b's term first iff b > c */
+    if (b >= c) {
+        if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1);
+        if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0);
+    } else {
+        if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0);
+        if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1);
+    }
+}
+void rt_kr_WHERE_VS(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
+                    int64_t b, int64_t c)
+{
+    if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1);
+    if (fl & 4) d[c] += rt_kwr_sum(n, d + o, v + a, 0);
+}
+void rt_kr_WHERE_SV(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
+                    int64_t b, int64_t c)
+{
+    if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0);
+    if (fl & 2) d[b] += rt_kwr_sum(n, d + o, v + a, 1);
+}
+
+/* np.clip = minimum(maximum(x, lo), hi): nan in x or a bound propagates,
+ * lo > hi gives hi.  Reverse: zero at the bounds. */
+RT_KCLONES static void rt_kcp(int64_t n, double *restrict out, const double *restrict xa,
+                              double lo, double hi)
+{
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double t = xa[i];
+        t = !(t >= lo || t != t) ? lo : t;
+        t = !(t <= hi || t != t) ? hi : t;
+        out[i] = t;
+    }
+}
+void rt_kf_CLIP(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c)
+{
+    rt_kcp(n, v + o, v + a, v[b], v[c]);
+}
+
+RT_KCLONES static void rt_kcr(int64_t n, double *restrict da, const double *restrict go,
+                              const double *restrict fo, double lo, double hi)
+{
+    int64_t i;
+    for (i = 0; i < n; i++)
+        da[i] += go[i] != 0.0 && fo[i] != lo && fo[i] != hi ? go[i] : -0.0;
+}
+void rt_kr_CLIP(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
+                int64_t b, int64_t c)
+{
+    if (fl & 1)
+        rt_kcr(n, d + a, d + o, v + o, v[b], v[c]);
+}
+
+/* ------------------------------------------------------------------ tangent
+ * Forward mode over arrays (vm.c's tangent sweep): out's tangent from the
+ * operands' tangents, a zero tangent contributing nothing even through an
+ * inf/nan partial.  The same roundings as the scalar path:
+ * unary ta * partial (or 0), binary (0 + ta * dx) + tb * dy with absent
+ * terms skipped -- an absent term here adds -0.0, which changes nothing. */
+
+#define KT_UNARY_(NAME, FX, DX)                                               \
+    RT_KCLONES static void rt_ktp_##NAME(int64_t n, double *restrict to,      \
+                                         const double *restrict tav,          \
+                                         const double *restrict xa,           \
+                                         const double *restrict fo)           \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double ta = tav[i], x = xa[i], f = fo[i];                   \
+            (void)x; (void)f;                                                 \
+            to[i] = ta != 0.0 ? ta * (DX) : 0.0;                              \
+        }                                                                     \
+    }                                                                         \
+    void rt_kt_##NAME(int64_t n, double *t, const double *v, int64_t o, int64_t a) \
+    {                                                                         \
+        rt_ktp_##NAME(n, t + o, t + a, v + a, v + o);                         \
+    }
+RT_UNARY(KT_UNARY_)
+
+#define KT_BINARY1_(NAME, V, X, Y, TA, TB, DX, DY)                            \
+    RT_KCLONES static void rt_ktp_##NAME##_##V(uint32_t fl, int64_t n,        \
+                                               double *restrict to,           \
+                                               const double *restrict tav,    \
+                                               const double *restrict tbv,    \
+                                               const double *restrict xa,     \
+                                               const double *restrict yb,     \
+                                               const double *restrict fo)     \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double x = (X), y = (Y), f = fo[i];                         \
+            const double ta = (fl & 1) ? (TA) : 0.0, tb = (fl & 2) ? (TB) : 0.0; \
+            (void)x; (void)y; (void)f;                                        \
+            to[i] = (0.0 + RT_AZ(ta, DX)) + RT_AZ(tb, DY);                    \
+        }                                                                     \
+    }                                                                         \
+    void rt_kt_##NAME##_##V(uint32_t fl, int64_t n, double *t, const double *v, \
+                            int64_t o, int64_t a, int64_t b)                  \
+    {                                                                         \
+        rt_ktp_##NAME##_##V(fl, n, t + o, t + a, t + b, v + a, v + b, v + o); \
+    }
+#define KT_BINARY_(NAME, FXY, DX, DY)                                         \
+    KT_BINARY1_(NAME, VV, xa[i], yb[i], tav[i], tbv[i], DX, DY)               \
+    KT_BINARY1_(NAME, VS, xa[i], yb[0], tav[i], tbv[0], DX, DY)               \
+    KT_BINARY1_(NAME, SV, xa[0], yb[i], tav[0], tbv[i], DX, DY)
+RT_BINARY(KT_BINARY_)

@@ -1,0 +1,84 @@
+/* The array kernels of the VM (kernels.c): elementwise loops over n > 1
+ * elements, compiled for SIMD in their own translation unit.  Internal to
+ * the extension (not part of the cffi ABI in vm.h).
+ *
+ * Every kernel takes the two arenas and the instruction's offsets; the
+ * verifier guarantees that an instruction's output region overlaps none of
+ * its operand regions (in values and, the same offsets, in adjoints), which
+ * is what lets the kernels qualify their pointers `restrict`.  Operand
+ * regions may overlap each other (x * x, x[1:] - x[:-1]).
+ *
+ *   rt_kf_NAME(n, v, o, a[, b])         forward: v[o..] = F(v[a..][, v[b..]])
+ *   rt_kr_NAME(fl, n, d, v, o, a[, b])  reverse: accumulate into d[a..] / d[b..]
+ *                                       the adjoint d[o..] times the partials,
+ *                                       for the operands whose flag is set
+ */
+#ifndef REVTAPE_KERNELS_H
+#define REVTAPE_KERNELS_H
+
+#include <stdint.h>
+
+#include "ops_generated.h"
+
+#define RT_KDECL_U_(NAME, ...)                                                \
+    void rt_kf_##NAME(int64_t n, double *v, int64_t o, int64_t a);            \
+    void rt_kr_##NAME(uint32_t fl, int64_t n, double *d, const double *v,     \
+                      int64_t o, int64_t a);
+#define RT_KDECL_UND_(NAME, ...)                                              \
+    void rt_kf_##NAME(int64_t n, double *v, int64_t o, int64_t a);
+#define RT_KDECL_B1_(NAME, V)                                                 \
+    void rt_kf_##NAME##_##V(int64_t n, double *v, int64_t o, int64_t a, int64_t b);
+#define RT_KDECL_B_(NAME, ...)                                                \
+    RT_KDECL_B1_(NAME, VV) RT_KDECL_B1_(NAME, VS) RT_KDECL_B1_(NAME, SV)      \
+    void rt_kr_##NAME##_VV(uint32_t fl, int64_t n, double *d, const double *v, \
+                           int64_t o, int64_t a, int64_t b);                  \
+    void rt_kr_##NAME##_VS(uint32_t fl, int64_t n, double *d, const double *v, \
+                           int64_t o, int64_t a, int64_t b);                  \
+    void rt_kr_##NAME##_SV(uint32_t fl, int64_t n, double *d, const double *v, \
+                           int64_t o, int64_t a, int64_t b);
+#define RT_KDECL_BND_(NAME, ...)                                              \
+    RT_KDECL_B1_(NAME, VV) RT_KDECL_B1_(NAME, VS) RT_KDECL_B1_(NAME, SV)
+
+RT_UNARY(RT_KDECL_U_)
+RT_UNARY_ND(RT_KDECL_UND_)
+RT_BINARY(RT_KDECL_B_)
+RT_BINARY_ND(RT_KDECL_BND_)
+
+#undef RT_KDECL_U_
+#undef RT_KDECL_UND_
+#undef RT_KDECL_B1_
+#undef RT_KDECL_B_
+#undef RT_KDECL_BND_
+
+/* tangent sweep (forward mode) over arrays: t[o..] from t[a..] (, t[b..]) */
+#define RT_KDECL_TU_(NAME, ...)                                               \
+    void rt_kt_##NAME(int64_t n, double *t, const double *v, int64_t o, int64_t a);
+#define RT_KDECL_TB1_(NAME, V)                                                \
+    void rt_kt_##NAME##_##V(uint32_t fl, int64_t n, double *t, const double *v, \
+                            int64_t o, int64_t a, int64_t b);
+#define RT_KDECL_TB_(NAME, ...)                                               \
+    RT_KDECL_TB1_(NAME, VV) RT_KDECL_TB1_(NAME, VS) RT_KDECL_TB1_(NAME, SV)
+RT_UNARY(RT_KDECL_TU_)
+RT_BINARY(RT_KDECL_TB_)
+#undef RT_KDECL_TU_
+#undef RT_KDECL_TB1_
+#undef RT_KDECL_TB_
+
+/* WHERE_VV/VS/SV and CLIP: forward and reverse (operands as in vm.h) */
+#define RT_KDECL_W_(NAME)                                                     \
+    void rt_kf_##NAME(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c); \
+    void rt_kr_##NAME(uint32_t fl, int64_t n, double *d, const double *v,     \
+                      int64_t o, int64_t a, int64_t b, int64_t c);
+RT_KDECL_W_(WHERE_VV)
+RT_KDECL_W_(WHERE_VS)
+RT_KDECL_W_(WHERE_SV)
+RT_KDECL_W_(CLIP)
+#undef RT_KDECL_W_
+
+/* np.sum of x[0..n), bit for bit (REDUCE_SUM's forward, one segment) */
+double rt_k_pairwise_sum(const double *x, int64_t n);
+
+/* dx[0..n) += g (REDUCE_SUM's reverse, one segment) */
+void rt_k_add_scalar(int64_t n, double *dx, double g);
+
+#endif
