@@ -64,6 +64,9 @@ def tree_key(a):
 def _walk(x, leaves):
     t = type(x)
     if t is np.ndarray:
+        if x.dtype.kind not in "biuf":
+            raise InputError(f"a differentiated pytree holds real numbers; got an array of "
+                             f"dtype {x.dtype}")
         leaves.append(x)
         return (x.shape, x.dtype.char)
     if t is float or t is int:
@@ -107,6 +110,13 @@ def layout_of(args, argnums):
         else:
             out.append(None)
     return tuple(out) if any(e is not None for e in out) else None
+
+
+def n_leaves(layout, argnums):
+    """How many tape inputs the differentiated arguments are (layout_of's layout)."""
+    if layout is None:
+        return len(argnums)
+    return sum(1 if e is None else e[1] for e in layout)
 
 
 def regroup(grads, layout):
