@@ -22,6 +22,8 @@ from .primitives import defjvp, defvjp, primitive, stop_gradient
 
 __version__ = "0.1.0"
 
+from .structure import array  # noqa: E402  (rt.array: lists mixing tracked values and floats)
+
 
 def compile(tape, guards=True):
     """Lower a finished tape into a flat C program: a CompiledTape."""
@@ -57,3 +59,4 @@ __all__ = [
     "primitive", "defvjp", "defjvp", "stop_gradient",
     "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]
+__all__.append("array")

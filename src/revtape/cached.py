@@ -245,17 +245,15 @@ class CachedTransform:
 
 
 def _jvp_with_value(ctape, x, v):
-    """(f(x), J v): one forward and one tangent sweep; the value is read from the
-    arena under the program's lock (another thread's replay cannot land between)."""
-    if not ctape._lock.acquire(blocking=False):
-        ctape._status(2)                      # RT_BUSY -> ConcurrentUseError
-    try:
-        ydot = ctape._jvp_flat(x, v)
-        y = ctape._output_value()
-    finally:
-        ctape._lock.release()
+    """(f(x), J v): one forward and one tangent sweep; the value is the output
+    the sweep left in the arena, read while owning the program (each thread
+    replays its own copy, so it is this call's)."""
+    ydot = ctape._jvp_flat(x, v)
+    _, y, _ = ctape._arena.read_replay()
     shape = ctape._program.out_shape
-    return y, (float(ydot[0]) if shape == () else ydot.reshape(shape))
+    if shape == ():
+        return float(y[0]), float(ydot[0])
+    return y.reshape(shape), ydot.reshape(shape)
 
 
 # ---------------------------------------------------------------- JAX's one-shot forms

@@ -111,7 +111,7 @@ def _math_advice(general=True):
 class Tracked:
     """Common behaviour of TrackedReal and TrackedArray."""
 
-    __slots__ = ("_tape", "_id", "_const")
+    __slots__ = ("_tape", "_id", "_const", "__weakref__")
     _is_tracked = True
     __array_priority__ = 1000
 
@@ -549,9 +549,15 @@ def _check_ufunc_kwargs(fname, kw):
 
 
 def _mask_of(fname, where_, shape):
+    """where= as a boolean array of x's shape; a tracked mask (a comparison
+    result) as a tracked 0/1 array of x's shape: reductions then select by it
+    (no guard -- the result is piecewise in x, like np.where's)."""
     if istracked(where_):
-        _refuse(fname, "where", "the mask must be a plain boolean array (use np.where with "
-                "a tracked condition)")
+        mshape = shape_of(_value_of(where_))
+        if np.broadcast_shapes(mshape, tuple(shape)) != tuple(shape):
+            raise ValueError(f"{fname}(..., where=): a mask of shape {mshape} does not "
+                             f"broadcast to the array's shape {tuple(shape)}")
+        return P.where(where_, np.ones(shape), 0.0)
     return np.broadcast_to(np.asarray(where_, dtype=bool), shape)
 
 
@@ -578,7 +584,7 @@ def reduce(name, x, axis=None, keepdims=False, dtype=None, out=None, initial=_NO
         else:
             raise ValueError(f"reduction operation {name!r} does not have an identity, so to "
                              "use a where mask one has to specify 'initial'")
-        if not mask.all():
+        if istracked(mask) or not mask.all():
             x = P.where(mask, x, fill)
     if _given(initial):
         if name not in _COMBINE_INITIAL:
@@ -598,6 +604,8 @@ def _count(fname, shape, axis, keepdims, where_):
     if where_ is True or where_ is _NOVALUE:
         return float(np.prod(shape if ax is None else [shape[a] for a in ax], dtype=np.int64))
     mask = _mask_of(fname, where_, shape)
+    if istracked(mask):
+        return reduce("sum", mask, axis, keepdims)
     return np.sum(mask, axis=ax, keepdims=bool(keepdims), dtype=np.float64)[()]
 
 
@@ -629,6 +637,8 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Tru
     sq = P.square(P.sub(x, m))
     n = _count("np.var", shape_of(_value_of(x)), axis, keepdims, where)
     total = reduce("sum", sq, axis, keepdims, where=where)
+    if istracked(n):                     # a tracked where= mask: counted at each replay
+        return P.div(total, P.maximum(P.sub(n, float(ddof)), 0.0))
     dof = np.maximum(np.subtract(n, float(ddof)), 0.0)[()]
     if type(dof) is float or np.ndim(dof) == 0:
         with np.errstate(divide="ignore"):
@@ -681,7 +691,10 @@ def getitem(x, key):
         if not -n <= key < n:
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {n}")
         return _record1(_ITEM, x, {"i": key % n})
-    if istracked(key) or (isinstance(key, tuple) and any(istracked(k) for k in key)):
+    if istracked(key):
+        from .structure import masked_getitem   # x[x > c]: a guarded gather
+        return masked_getitem(x, key)
+    if isinstance(key, tuple) and any(istracked(k) for k in key):
         raise UnsupportedError("indexing with a tracked value depends on the data; use np.where "
                                "or index with plain integers")
     idx = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[key]
