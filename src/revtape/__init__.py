@@ -46,6 +46,9 @@ def __getattr__(name):
     if name == "LogDensity":
         from .logdensity import LogDensity
         return LogDensity
+    if name in ("special", "stats", "bijectors"):
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'revtape' has no attribute {name!r}")
 
 

@@ -1008,6 +1008,7 @@ HANDLED_FUNCTIONS = {
     np.full_like: _np_full_like,
     np.copy: lambda a, order="K", subok=False: a,
     np.take: _np_take,
+    np.sinc: P.sinc,
 }
 if hasattr(np, "amax"):
     HANDLED_FUNCTIONS[np.amax] = HANDLED_FUNCTIONS[np.max]
@@ -1027,9 +1028,28 @@ _UFUNC_OPS = {
     np.logical_and: "logical_and", np.logical_or: "logical_or", np.logical_not: "logical_not",
     np.sign: "sign", np.floor: "floor", np.ceil: "ceil",
 }
+_UFUNC_OPS.update({np.arcsin: "arcsin", np.arccos: "arccos", np.arcsinh: "arcsinh",
+                   np.arccosh: "arccosh", np.arctanh: "arctanh"})
+if _sps is not None:
+    _UFUNC_OPS.update({getattr(_sps, n): n for n in (
+        "erfc", "erfcx", "ndtr", "log_ndtr", "ndtri", "logit", "i0e", "i1e", "xlog1py",
+        "betaln")})
 if _sps is not None:
     _UFUNC_OPS.update({_sps.gammaln: "gammaln", _sps.digamma: "digamma", _sps.expit: "expit",
                        _sps.log_expit: "log_expit", _sps.erf: "erf", _sps.xlogy: "xlogy"})
+
+
+
+def _gammainc_in_x(name):
+    def f(a, x):
+        if istracked(a):
+            raise UnsupportedError(
+                f"scipy.special.{name}(a, x) on tracked values is differentiable in x only: "
+                "the derivative with respect to the shape a is not implemented; pass a as a "
+                "plain number or array")
+        return getattr(P, name)(a, x)
+    return f
+
 
 _UFUNC_COMPARE = {np.less: "lt", np.less_equal: "le", np.greater: "gt",
                   np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne"}
@@ -1047,6 +1067,11 @@ _UFUNC_SPECIAL = {
     np.isfinite: lambda x: np.isfinite(_value_of(x)),
     np.isinf: lambda x: np.isinf(_value_of(x)),
 }
+
+
+if _sps is not None:
+    _UFUNC_SPECIAL.update({_sps.gammainc: _gammainc_in_x("gammainc"),
+                           _sps.gammaincc: _gammainc_in_x("gammaincc")})
 
 
 def fmax(x, y):
@@ -1190,10 +1215,16 @@ def _scipy_caller():
         ours = f"revtape.linalg's {name} (scipy.linalg.{name} looked up after importing revtape)"
     if package == "scipy.stats":
         # a distribution method (norm.logpdf): its instance names the distribution
-        dist = getattr(outer.f_locals.get("self"), "name", None)
+        # (a frozen one through .dist; multivariate ones only by class name)
+        inst = outer.f_locals.get("self")
+        inst = getattr(inst, "dist", inst)
+        dist = getattr(inst, "name", None)
+        if not isinstance(dist, str):
+            cls = type(inst).__name__
+            dist = cls[:-4] if cls.endswith("_gen") else None
         if dist:
             public = f"scipy.stats.{dist}.{name}"
-            rt_stats = sys.modules.get("revtape.stats")
-            if callable(getattr(getattr(rt_stats, dist, None), name, None)):
+            from . import stats as rt_stats
+            if hasattr(type(getattr(rt_stats, dist, None)), name):
                 ours = f"rt.stats.{dist}.{name}"
     return public, ours
