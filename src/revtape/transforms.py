@@ -40,7 +40,7 @@ from struct import pack as _struct_pack
 
 import numpy as np
 
-from . import ops
+from . import functional, ops
 from .api import gc_paused
 from .compiled import CompiledTape, ffi as _ffi, lib as _lib
 from .errors import BranchChanged, InputError, OutputError, PicklingError, StaleTape
@@ -492,7 +492,7 @@ class _Replica:
 
 
 class _Variant:
-    __slots__ = ("ctape", "guards", "check", "replicas", "draw_replay")
+    __slots__ = ("ctape", "guards", "check", "replicas", "draw_replay", "aux")
 
     def __init__(self, ctape, guards):
         self.ctape = ctape
@@ -500,6 +500,7 @@ class _Variant:
         self.check = guards.compiled_check()
         self.replicas = {threading.get_ident(): _Replica(ctape)}
         self.draw_replay = None      # f draws from Generator arguments: _DrawInputs.replay
+        self.aux = None              # has_aux: the aux spec (functional.aux_spec)
 
     def replica(self):
         """This thread's replica, made on its first use here.  A thread id is
@@ -513,9 +514,10 @@ class _Variant:
 
 
 class _Entry:
-    __slots__ = ("variants", "eager", "eager_left", "backoff", "last")
+    __slots__ = ("variants", "eager", "eager_left", "backoff", "last", "layout")
 
     def __init__(self):
+        self.layout = None      # pytree arguments: functional.layout_of
         self.last = 0           # a stamp from GradFunction._ticks: when last used
         self.variants = ()
         self.eager = False      # past MAX_VARIANTS: record every call for a while
@@ -544,7 +546,7 @@ def _normalise_argnums(argnums):
 class GradFunction:
     """The function returned by rt.grad / rt.value_and_grad."""
 
-    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False, *,
+    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False, has_aux=False, *,
                  cache_size=DEFAULT_CACHE_SIZE):
         if on_stale not in ("rerecord", "raise"):
             raise ValueError("on_stale must be 'rerecord' or 'raise'")
@@ -559,6 +561,7 @@ class GradFunction:
         self._single, self.argnums = _normalise_argnums(argnums)
         self.on_stale = on_stale
         self.with_value = with_value
+        self.has_aux = has_aux
         self.cache_size = None if cache_size is None else int(cache_size)
         self._fast = self.argnums in ((0,), (-1,))     # g(x): one argument, differentiated
         self._plans = {}                                # len(args) -> _plan(len(args))
@@ -587,7 +590,13 @@ class GradFunction:
             a = args[0]
             key, parts, argnums = (a.shape, a.dtype), None, (0,)
         else:
-            key, parts, argnums = self._split(args, kwargs)
+            try:
+                key, parts, argnums = self._split(args, kwargs)
+            except functional.Traced:           # inside an outer recording: trace through
+                argnums = self._plans.get(len(args)) or self._plan(len(args))
+                value, grads, aux = functional.traced_value_and_grads(
+                    self.fun, args, kwargs, argnums[0], self.has_aux)
+                return self._result((value, aux) if self.has_aux else value, grads)
         entry = self._cache.get(key)
         if entry is not None:
             if entry.eager and not self._retry(entry):
@@ -611,6 +620,10 @@ class GradFunction:
                     if v.draw_replay is not None:
                         value, grads = v.draw_replay((args[0],) if parts is None
                                                      else tuple(parts))
+                    elif v.aux is not None:
+                        value, grads = functional.AuxReplay(r.ctape, v.aux)(
+                            args[0] if parts is None
+                            else (parts[0] if len(parts) == 1 else tuple(parts)))
                     else:
                         value, grads = r.vg(args[0]) if parts is None else r.run(parts)
                 except BranchChanged as e:
@@ -629,7 +642,9 @@ class GradFunction:
                         if v in entry.variants:
                             entry.variants = (v,) + tuple(w for w in entry.variants
                                                           if w is not v)
-                if self._single and type(grads) is not tuple:
+                if entry.layout is not None:
+                    grads = functional.regroup(grads, entry.layout)
+                elif self._single and type(grads) is not tuple and not self.has_aux:
                     return (value, grads) if self.with_value else grads
                 return self._result(value, grads)
         return self._record(key, args, kwargs, argnums)
@@ -638,7 +653,10 @@ class GradFunction:
         """Cache key, the tape inputs' values (differentiated arguments in argnums
         order, then float-array data in argument order), and argnums."""
         argnums, diffs = self._plans.get(len(args)) or self._plan(len(args))
+        if functional.any_tracked(args, kwargs):
+            raise functional.Traced()
         key, data = [], []
+        trees = {}
         for i, a in enumerate(args):
             if type(a) is _ND:                       # the common case first
                 dt = a.dtype
@@ -660,6 +678,9 @@ class GradFunction:
                     key.append((a.shape, a.dtype))
                 elif isinstance(a, (float, int, np.floating, np.integer)):
                     key.append("f")
+                elif functional.pytree.is_container(a):     # a pytree: its leaves are inputs
+                    k, trees[i] = functional.tree_key(a)
+                    key.append(k)
                 else:
                     raise InputError(f"argument {i} is differentiated: pass a float or an array, "
                                      f"got {type(a).__name__}")
@@ -668,7 +689,13 @@ class GradFunction:
         if kwargs:
             for k in sorted(kwargs):
                 key.append((k, _static_key(kwargs[k], f"keyword argument {k!r}")))
-        return tuple(key), [args[i] for i in argnums] + data, argnums
+        diff = []
+        for i in argnums:
+            if i in trees:
+                diff.extend(trees[i])
+            else:
+                diff.append(args[i])
+        return tuple(key), diff + data, argnums
 
     def _plan(self, n):
         """(argnums with negatives resolved, a differentiated flag per position)
@@ -733,7 +760,7 @@ class GradFunction:
         tape = Tape()
         targs = list(args)
         for i in argnums:
-            targs[i] = tape.track(args[i])
+            targs[i] = functional.track_arg(tape, args[i])
         for i, a in enumerate(args):
             if i not in argnums and type(a) is np.ndarray and a.dtype.kind == "f":
                 targs[i] = tape.track(a)
@@ -750,8 +777,15 @@ class GradFunction:
             # put the generators back and record it with plain draws
             draws.rewind()
             return self._record(key, args, kwargs, argnums, proxy_draws=False)
+        if self.has_aux:
+            out, aux = functional.split_aux(out)
         tape.finish(out)
         tape._scalar_output()
+        spec = functional.aux_spec(tape, aux) if self.has_aux else None
+        _, parts, _ = self._split(args, kwargs)
+        n_diff = len(parts) - sum(1 for i, a in enumerate(args) if i not in argnums
+                                  and type(a) is np.ndarray and a.dtype.kind == "f")
+        entry.layout = functional.layout_of(args, argnums)
         if draws and not draws.exact(watcher):
             draws = None
             watcher.draws.append(("a draw from a Generator argument that cannot be replayed",
@@ -778,30 +812,41 @@ class GradFunction:
             value = tape._vals[tape._output._id]
             grads = tape._grads_out(tape._reverse(1.0), None)
             if isinstance(grads, tuple):
-                grads = grads[:len(argnums)]         # not the data arguments
+                grads = grads[:n_diff]               # not the data arguments
+            if entry.layout is not None:
+                grads = functional.regroup(grads, entry.layout)
+            if self.has_aux:
+                value = (value, functional.plain_aux(aux))
             return self._result(value, grads)
         guards = collect_guards(self.fun, watcher, pre, args, kwargs)
-        ctape = CompiledTape(tape, n_grad=len(argnums))
+        ctape = CompiledTape(tape, n_grad=n_diff)
         variant = _Variant(ctape, guards)
-        parts = [args[i] for i in argnums] + [a for i, a in enumerate(args)
-                                               if i not in argnums and type(a) is np.ndarray
-                                               and a.dtype.kind == "f"]
+        variant.aux = spec
+        if spec is not None:
+            def run(xs):
+                return functional.AuxReplay(variant.replica().ctape, spec)(
+                    xs[0] if len(xs) == 1 else tuple(xs))
+        else:
+            def run(xs):
+                return variant.replica().run(xs)
         if draws is not None:
             # each replay draws afresh from the same generators, into the
             # calling thread's replica
-            variant.draw_replay = draws.replay(lambda xs: variant.replica().run(xs))
+            variant.draw_replay = draws.replay(run)
             parts = parts + list(draws.recorded())
         with self._lock:
             self._stats["records"] += 1
             entry.variants = (variant,) + entry.variants
         try:
-            value, grads = variant.replicas[_get_ident()].run(parts)
+            value, grads = run(parts)
         except BranchChanged:
             # C and numpy rounded a comparison differently at a tie: this point
             # is on a boundary; answer from the recording itself.
             with self._lock:
                 entry.variants = tuple(w for w in entry.variants if w is not variant)
             return self._eager(args, kwargs, argnums)
+        if entry.layout is not None:
+            grads = functional.regroup(grads, entry.layout)
         return self._result(value, grads)
 
     def _eager(self, args, kwargs, argnums):
@@ -810,11 +855,19 @@ class GradFunction:
         tape = Tape()
         targs = list(args)
         for i in argnums:
-            targs[i] = tape.track(args[i])
-        tape.finish(self.fun(*targs, **kwargs))
+            targs[i] = functional.track_arg(tape, args[i])
+        out = self.fun(*targs, **kwargs)
+        if self.has_aux:
+            out, aux = functional.split_aux(out)
+        tape.finish(out)
         tape._scalar_output()
         value = tape._vals[tape._output._id]
         grads = tape._grads_out(tape._reverse(1.0), None)
+        layout = functional.layout_of(args, argnums)
+        if layout is not None:
+            grads = functional.regroup(grads, layout)
+        if self.has_aux:
+            value = (value, functional.plain_aux(aux))
         return self._result(value, grads)
 
     def _result(self, value, grads):
@@ -822,6 +875,8 @@ class GradFunction:
             g = grads[0] if isinstance(grads, tuple) else grads
         else:
             g = grads if isinstance(grads, tuple) else (grads,)
+        if self.has_aux and not self.with_value:
+            return g, value[1]               # JAX: grad(f, has_aux=True) -> (grad, aux)
         return (value, g) if self.with_value else g
 
     # ------------------------------------------------ introspection
@@ -847,7 +902,7 @@ class GradFunction:
     # programs are rebuilt (and guards collected against the copy's own
     # objects) on the copy's first call.
     def _options(self):
-        return (self._argnums_arg, self.on_stale, self.with_value, self.cache_size)
+        return (self._argnums_arg, self.on_stale, self.with_value, self.cache_size, self.has_aux)
 
     def __copy__(self):
         return _rebuild_grad(self.fun, *self._options())
@@ -959,8 +1014,8 @@ class _DrawInputs:
         return replay
 
 
-def _rebuild_grad(fun, argnums, on_stale, with_value, cache_size):
-    return GradFunction(fun, argnums, on_stale, with_value, cache_size=cache_size)
+def _rebuild_grad(fun, argnums, on_stale, with_value, cache_size, has_aux=False):
+    return GradFunction(fun, argnums, on_stale, with_value, has_aux, cache_size=cache_size)
 
 
 def _check_picklable(fun, name):
@@ -1034,13 +1089,16 @@ def _static_key(a, where="argument"):
     return (t, a)     # kept alive by the cache: its id is never reused while cached
 
 
-def grad(fun, argnums=0, on_stale="rerecord", *, cache_size=DEFAULT_CACHE_SIZE):
+def grad(fun, argnums=0, on_stale="rerecord", has_aux=False, *, cache_size=DEFAULT_CACHE_SIZE):
     """grad(f)(x) -> gradient; recorded and compiled on the first call per input
     structure, replayed after, re-recorded when a guard fails.  The cache keeps
     the `cache_size` most recently used input structures (None: unbounded)."""
-    return GradFunction(fun, argnums, on_stale, with_value=False, cache_size=cache_size)
+    return GradFunction(fun, argnums, on_stale, with_value=False, has_aux=has_aux,
+                        cache_size=cache_size)
 
 
-def value_and_grad(fun, argnums=0, on_stale="rerecord", *, cache_size=DEFAULT_CACHE_SIZE):
+def value_and_grad(fun, argnums=0, on_stale="rerecord", has_aux=False, *,
+                   cache_size=DEFAULT_CACHE_SIZE):
     """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad."""
-    return GradFunction(fun, argnums, on_stale, with_value=True, cache_size=cache_size)
+    return GradFunction(fun, argnums, on_stale, with_value=True, has_aux=has_aux,
+                        cache_size=cache_size)
