@@ -41,6 +41,7 @@ from struct import pack as _struct_pack
 import numpy as np
 
 from . import functional, ops
+from .functional import _holds_tracked
 from .api import gc_paused
 from .compiled import CompiledTape, ffi as _ffi, lib as _lib
 from .errors import BranchChanged, InputError, OutputError, PicklingError, StaleTape
@@ -653,7 +654,8 @@ class GradFunction:
         """Cache key, the tape inputs' values (differentiated arguments in argnums
         order, then float-array data in argument order), and argnums."""
         argnums, diffs = self._plans.get(len(args)) or self._plan(len(args))
-        if functional.any_tracked(args, kwargs):
+        # a plain ndarray is never tracked: only other arguments are scanned
+        if kwargs and functional.any_tracked((), kwargs):
             raise functional.Traced()
         key, data = [], []
         trees = {}
@@ -670,6 +672,8 @@ class GradFunction:
                     key.append((None, a.shape, dt))
                     data.append(a)
                     continue
+            elif _holds_tracked(a, 0):
+                raise functional.Traced()
             elif diffs[i]:
                 if isinstance(a, np.ndarray):
                     if a.dtype.kind not in "biuf":
