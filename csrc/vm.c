@@ -89,6 +89,35 @@ static const char *const rt_op_names[RT_NUM_OPS] = { RT_OPCODES(RT_NAME_) };
 const char *rt_op_table_hash(void) { return RT_OP_TABLE_HASH; }
 int32_t rt_num_ops(void) { return RT_NUM_OPS; }
 
+/* One elementwise op of the table on plain arrays (no program): the numpy
+ * forward of a special-function row when scipy is not installed, so that
+ * the reference replay and the VM compute the same C expression.  Binary ops
+ * take their _VV opcode (x and y both n long).  Returns -1 for an opcode
+ * that is not elementwise. */
+int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys, double *out)
+{
+    int64_t i;
+    switch (opcode) {
+#define EW_UNARY_(NAME, FX, DX)                                               \
+    case RT_OP_##NAME:                                                        \
+        for (i = 0; i < n; i++) { const double x = xs[i]; out[i] = FX; }      \
+        return 0;
+#define EW_BINARY_(NAME, FXY, DX, DY)                                         \
+    case RT_OP_##NAME##_VV:                                                   \
+        for (i = 0; i < n; i++) {                                             \
+            const double x = xs[i], y = ys[i];                                \
+            out[i] = FXY;                                                     \
+        }                                                                     \
+        return 0;
+    RT_UNARY(EW_UNARY_)
+    RT_BINARY(EW_BINARY_)
+#undef EW_UNARY_
+#undef EW_BINARY_
+    default:
+        return -1;
+    }
+}
+
 /* ------------------------------------------------------------------ kernels */
 
 /* numpy's pairwise summation, bit for bit: kernels.c (its 8-accumulator

@@ -161,4 +161,8 @@ int rt_batch_wide(rt_program *pw, int64_t B, int64_t n_in, int64_t n_grad, int64
 const char *rt_op_table_hash(void);
 int32_t rt_num_ops(void);
 
+/* out[i] = op(xs[i] (, ys[i])) for an elementwise opcode (binary: its _VV
+ * form); no program needed.  Returns 0, or -1 for any other opcode. */
+int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys, double *out);
+
 #endif

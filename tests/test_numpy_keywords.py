@@ -235,7 +235,7 @@ def test_hypot_does_not_overflow_and_is_inf_at_inf():
     (lambda x: np.linalg.svd(x)[1], "np.linalg.svd"),
     (lambda x: np.linalg.pinv(x), "np.linalg.pinv"),
     (lambda x: np.median(x), "np.median"),
-    (lambda x: np.arcsinh(x), "np.arcsinh"),
+    (lambda x: np.spacing(x), "np.spacing"),
     (lambda x: np.add.accumulate(x), "np.add.accumulate"),
     (lambda x: np.fft.fft(x), "np.fft.fft"),
 ])
@@ -246,8 +246,8 @@ def test_unsupported_functions_are_named_by_their_public_names(call, name):
 
 def test_unsupported_scipy_ufuncs_are_named_as_scipy_functions():
     sps = pytest.importorskip("scipy.special")
-    with pytest.raises(rt.UnsupportedError, match=r"scipy\.special\.ndtri"):
-        rt.GradientTape(lambda x: np.sum(sps.ndtri(x)), np.full(2, 0.3))
+    with pytest.raises(rt.UnsupportedError, match=r"scipy\.special\.erfinv"):
+        rt.GradientTape(lambda x: np.sum(sps.erfinv(x)), np.full(2, 0.3))
 
 
 def test_scipy_python_functions_work_on_tracked_values_through_rt_special():
