@@ -1009,3 +1009,33 @@ def test_branch_change_seen_by_grad_on_stale_raise_and_rerecord_at_floats():
     with pytest.raises(rt.BranchChanged):
         ct.gradient(-X0)
     assert isinstance(ct._branch_changed(None, None), rt.BranchChanged)
+
+
+class _Cfg:
+    pass
+
+
+CFG = _Cfg()
+CFG.s = 2.0
+CFG.inner = _Cfg()
+CFG.inner.t = 1.0
+
+
+def _uses_global_object(x):
+    return CFG.s * CFG.inner.t * np.sum(x)
+
+
+def test_attribute_guards_on_globals_chains_and_closures():
+    g = rt.grad(_uses_global_object)
+    try:
+        np.testing.assert_allclose(g(np.ones(2)), [2.0, 2.0])
+        CFG.inner.t = 3.0                    # depth-2 attribute
+        np.testing.assert_allclose(g(np.ones(2)), [6.0, 6.0])
+    finally:
+        CFG.inner.t = 1.0
+    box = _Cfg()
+    box.k = 2.0
+    g2 = rt.grad(lambda x: box.k * np.sum(x))
+    np.testing.assert_allclose(g2(np.ones(2)), [2.0, 2.0])
+    box.k = 7.0
+    np.testing.assert_allclose(g2(np.ones(2)), [7.0, 7.0])
