@@ -121,7 +121,8 @@ def polygamma(n, x):
 
 
 # scipy.special's Python functions that route here when an argument is tracked
-SCIPY_ROUTED = {"logsumexp": logsumexp, "polygamma": polygamma}
+SCIPY_ROUTED = {"logsumexp": logsumexp, "polygamma": polygamma, "softmax": softmax,
+                "log_softmax": log_softmax, "multigammaln": multigammaln}
 _scipy_dispatch.route(sps, SCIPY_ROUTED)
 
 __all__ = ["gammaln", "digamma", "psi", "expit", "log_expit", "erf", "xlogy", "logsumexp",

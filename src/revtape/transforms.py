@@ -34,7 +34,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import ops
+from . import functional, ops
 from .api import gc_paused
 from .compiled import CompiledTape
 from .errors import BranchChanged, InputError, OutputError, StaleTape
@@ -430,17 +430,18 @@ class _Variant:
 
 
 class _Entry:
-    __slots__ = ("variants", "eager")
+    __slots__ = ("variants", "eager", "layout")
 
     def __init__(self):
         self.variants = []
         self.eager = False
+        self.layout = None       # pytree arguments: functional.layout_of
 
 
 class GradFunction:
     """The function returned by rt.grad / rt.value_and_grad."""
 
-    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False):
+    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False, has_aux=False):
         if on_stale not in ("rerecord", "raise"):
             raise ValueError("on_stale must be 'rerecord' or 'raise'")
         self.fun = fun
@@ -448,6 +449,7 @@ class GradFunction:
         self.argnums = (argnums,) if self._single else tuple(argnums)
         self.on_stale = on_stale
         self.with_value = with_value
+        self.has_aux = has_aux
         self._cache = {}
         self._stats = {"records": 0, "replays": 0, "branch_failures": 0, "stale": 0}
         self._warned = False
@@ -456,7 +458,12 @@ class GradFunction:
 
     # ------------------------------------------------ call
     def __call__(self, *args, **kwargs):
-        key, diff, data = self._split(args, kwargs)
+        try:
+            key, diff, data = self._split(args, kwargs)
+        except functional.Traced:           # inside an outer recording: trace through
+            value, grads, aux = functional.traced_value_and_grads(
+                self.fun, args, kwargs, self.argnums, self.has_aux)
+            return self._result((value, aux) if self.has_aux else value, grads)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._cache[key] = _Entry()
@@ -484,7 +491,10 @@ class GradFunction:
                 if i:
                     entry.variants.insert(0, entry.variants.pop(i))
                 self._stats["replays"] += 1
-                if self._single and not self.with_value and type(grads) is not tuple:
+                if entry.layout is not None:
+                    grads = functional.regroup(grads, entry.layout)
+                elif self._single and not self.with_value and type(grads) is not tuple \
+                        and not self.has_aux:
                     return grads
                 return self._result(value, grads)
         return self._record(entry, args, kwargs)
@@ -496,12 +506,19 @@ class GradFunction:
             if type(a) is np.ndarray:
                 return (a.shape, a.dtype), [a], []
         key, diff, data = [], [], []
+        if functional.any_tracked(args, kwargs):
+            raise functional.Traced()
         for i, a in enumerate(args):
             if i in self.argnums:
                 if isinstance(a, np.ndarray):
                     key.append((a.shape, a.dtype.char))
                 elif isinstance(a, (float, int, np.floating, np.integer)):
                     key.append("f")
+                elif functional.pytree.is_container(a):     # a pytree: its leaves are inputs
+                    k, leaves = functional.tree_key(a)
+                    key.append(k)
+                    diff.extend(leaves)
+                    continue
                 else:
                     raise InputError(f"argument {i} is differentiated: pass a float or an array")
                 diff.append(a)
@@ -526,7 +543,7 @@ class GradFunction:
         tape = Tape()
         targs = list(args)
         for i in self.argnums:
-            targs[i] = tape.track(args[i])
+            targs[i] = functional.track_arg(tape, args[i])
         for i, a in enumerate(args):
             if i not in self.argnums and isinstance(a, np.ndarray) and a.dtype.kind == "f":
                 targs[i] = tape.track(a)
@@ -543,8 +560,13 @@ class GradFunction:
             # put the generators back and record it with plain draws
             draws.rewind()
             return self._record(entry, args, kwargs, proxy_draws=False)
+        if self.has_aux:
+            out, aux = functional.split_aux(out)
         tape.finish(out)
         tape._scalar_output()
+        spec = functional.aux_spec(tape, aux) if self.has_aux else None
+        _, diff, data = self._split(args, kwargs)
+        entry.layout = functional.layout_of(args, self.argnums)
         if draws and not draws.exact(watcher):
             draws = None
             watcher.draws.append(("a draw from a Generator argument that cannot be replayed",
@@ -568,25 +590,33 @@ class GradFunction:
             value = tape._vals[tape._output._id]
             grads = tape._grads_out(tape._reverse(1.0), None)
             if isinstance(grads, tuple):
-                grads = grads[:len(self.argnums)]         # not the data arguments
+                grads = grads[:len(diff)]         # not the data arguments
+            if entry.layout is not None:
+                grads = functional.regroup(grads, entry.layout)
+            if self.has_aux:
+                value = (value, functional.plain_aux(aux))
             return self._result(value, grads)
         guards = collect_guards(self.fun, watcher, pre, args, kwargs)
-        ctape = CompiledTape(tape, n_grad=len(self.argnums))
+        ctape = CompiledTape(tape, n_grad=len(diff))
         self._stats["records"] += 1
         variant = _Variant(ctape, guards)
+        if spec is not None:
+            variant.replay = functional.AuxReplay(ctape, spec)
+        first = variant.replay             # this call replays the recording's own draws
         entry.variants.insert(0, variant)
-        _, diff, data = self._split(args, kwargs)
         x = diff + data
         if draws is not None:
-            variant.replay = draws.replay(ctape.value_and_gradient)
+            variant.replay = draws.replay(variant.replay)
             x = x + list(draws.recorded())
         try:
-            value, grads = ctape.value_and_gradient(x[0] if len(x) == 1 else x)
+            value, grads = first(x[0] if len(x) == 1 else tuple(x))
         except BranchChanged:
             # C and numpy rounded a comparison differently at a tie: this point
             # is on a boundary; answer from the recording itself.
             entry.variants.pop(0)
             return self._eager(args, kwargs)
+        if entry.layout is not None:
+            grads = functional.regroup(grads, entry.layout)
         return self._result(value, grads)
 
     def _eager(self, args, kwargs):
@@ -594,11 +624,19 @@ class GradFunction:
         tape = Tape()
         targs = list(args)
         for i in self.argnums:
-            targs[i] = tape.track(args[i])
-        tape.finish(self.fun(*targs, **kwargs))
+            targs[i] = functional.track_arg(tape, args[i])
+        out = self.fun(*targs, **kwargs)
+        if self.has_aux:
+            out, aux = functional.split_aux(out)
+        tape.finish(out)
         tape._scalar_output()
         value = tape._vals[tape._output._id]
         grads = tape._grads_out(tape._reverse(1.0), None)
+        layout = functional.layout_of(args, self.argnums)
+        if layout is not None:
+            grads = functional.regroup(grads, layout)
+        if self.has_aux:
+            value = (value, functional.plain_aux(aux))
         return self._result(value, grads)
 
     def _result(self, value, grads):
@@ -606,6 +644,8 @@ class GradFunction:
             g = grads[0] if isinstance(grads, tuple) else grads
         else:
             g = grads if isinstance(grads, tuple) else (grads,)
+        if self.has_aux and not self.with_value:
+            return g, value[1]               # JAX: grad(f, has_aux=True) -> (grad, aux)
         return (value, g) if self.with_value else g
 
     # ------------------------------------------------ introspection
@@ -724,12 +764,14 @@ def _static_key(a):
         return ("id", id(a))
 
 
-def grad(fun, argnums=0, on_stale="rerecord"):
+def grad(fun, argnums=0, on_stale="rerecord", has_aux=False):
     """grad(f)(x) -> gradient; recorded and compiled on the first call per input
-    structure, replayed after, re-recorded when a guard fails."""
-    return GradFunction(fun, argnums, on_stale, with_value=False)
+    structure, replayed after, re-recorded when a guard fails.  With
+    has_aux=True f returns (output, aux) and grad(f)(x) -> (gradient, aux)."""
+    return GradFunction(fun, argnums, on_stale, with_value=False, has_aux=has_aux)
 
 
-def value_and_grad(fun, argnums=0, on_stale="rerecord"):
-    """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad."""
-    return GradFunction(fun, argnums, on_stale, with_value=True)
+def value_and_grad(fun, argnums=0, on_stale="rerecord", has_aux=False):
+    """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad; with
+    has_aux=True -> ((value, aux), gradient)."""
+    return GradFunction(fun, argnums, on_stale, with_value=True, has_aux=has_aux)
