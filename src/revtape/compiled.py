@@ -314,6 +314,10 @@ class CompiledTape:
         another entry point replays the forward sweep at the same x once more
         to get them (it fails at the same guard)."""
         if report is None:
+            if xp is None:
+                # callers that replayed from the arena (x written there first) may
+                # pass no pointer: NULL tells the VM to read the inputs in place
+                xp = ffi.NULL
             report = ffi.new("rt_report *")
             st = _retry_busy(lambda: lib.rt_forward_report(self._p, xp, ffi.NULL, -1, report))
             if st != RT_GUARD_FAILED:
