@@ -22,10 +22,11 @@ from .primitives import defjvp, defvjp, primitive, stop_gradient
 __version__ = "0.1.0"
 
 
-def compile(tape, guards=True):
-    """Lower a finished tape into a flat C program: a CompiledTape."""
+def compile(tape, guards=True, native=False):
+    """Lower a finished tape into a flat C program: a CompiledTape.  native=True also
+    translates it to C compiled by the system compiler (README: Native tier)."""
     from .compiled import CompiledTape
-    return CompiledTape(tape, guards=guards)
+    return CompiledTape(tape, guards=guards, native=native)
 
 
 def __getattr__(name):

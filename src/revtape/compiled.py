@@ -55,7 +55,9 @@ def _new_double(_new=ffi.new, _t=ffi.typeof("double *")):
 class CompiledTape:
     """A tape lowered to the C VM.  Same replay methods as Tape, run in C."""
 
-    def __init__(self, tape, guards=True, n_grad=None, _program=None):
+    def __init__(self, tape, guards=True, n_grad=None, _program=None, native=False):
+        if native not in (False, True, "auto"):
+            raise InputError(f"native must be False, True or 'auto', not {native!r}")
         if _program is None:
             _check_compilable(tape)
         self._tape = tape
@@ -66,6 +68,11 @@ class CompiledTape:
         self._hess = None
         self._program = _program or compiler.compile_tape(tape, guards, n_grad)
         self._load()
+        # native="auto" is, for now, the VM (README: Native tier).
+        self._native = native is True
+        if self._native:
+            from . import native as _native
+            _native.attach(self)
 
     # ------------------------------------------------ building
     def _load(self):
@@ -113,6 +120,7 @@ class CompiledTape:
             self._ws_handle = ffi.new_handle(self._ws)
             p.callback_ctx = self._ws_handle
         self._p = p
+        self._vgf, self._fwf = lib.rt_value_and_grad, lib.rt_forward   # the native tier swaps these
         self._lock = threading.Lock()
         self._batch_lock = threading.Lock()
         self._last_x = self._last_out = (None,)
@@ -279,7 +287,7 @@ class CompiledTape:
             return self._hessian_value_and_gradient(x, None)[0]
         prog = self._program
         y = np.empty(prog.out_len)
-        self._status(lib.rt_forward(self._p, self._x_ptr(x), ffi.from_buffer("double[]", y)))
+        self._status(self._fwf(self._p, self._x_ptr(x), ffi.from_buffer("double[]", y)))
         self._mark_replayed()
         return float(y[0]) if prog.out_shape == () else y.reshape(prog.out_shape)
 
@@ -307,7 +315,7 @@ class CompiledTape:
             last_x = self._last_x
             xp = last_x[1] if last_x[0] is x else self._pointer_to_x(x)
             if xp is not None and dest is not None:
-                st = _vg(self._p, xp, dest[2], dest[1])
+                st = self._vgf(self._p, xp, dest[2], dest[1])
                 if st:
                     self._status(st)
                 self._tape._replayed_by = self
@@ -345,7 +353,7 @@ class CompiledTape:
             return self._hessian_value_and_gradient(x, out)
         g, user = self._grad_out(out)
         value = ffi.new("double *")      # per call: another thread's result never lands here
-        st = lib.rt_value_and_grad(self._p, self._x_ptr(x), value, ffi.from_buffer("double[]", g))
+        st = self._vgf(self._p, self._x_ptr(x), value, ffi.from_buffer("double[]", g))
         if st:
             self._status(st)
         self._tape._replayed_by = self
@@ -571,7 +579,7 @@ class CompiledTape:
             raise InputError("g_buf must be writeable")
         if np.shares_memory(x_buf, g_buf):
             raise InputError("x_buf and g_buf must not overlap")
-        p, vg, status, tape = self._p, lib.rt_value_and_grad, self._status, self._tape
+        p, vg, status, tape = self._p, self._vgf, self._status, self._tape
         xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
         value = ffi.new("double *")
 
@@ -748,13 +756,14 @@ class CompiledTape:
         # Recompile from a deep copy of the tape: new words, new arenas, nothing
         # pointing at this object's buffers.
         tape = _copy.deepcopy(self._tape, memo)
-        new = CompiledTape(tape, guards=self._guards, n_grad=self._n_grad_inputs)
+        new = CompiledTape(tape, guards=self._guards, n_grad=self._n_grad_inputs,
+                           native=self._native)
         memo[id(self)] = new
         return new
 
     def __reduce__(self):
         return (_rebuild, (self._program.to_state(), self._tape, self._guards,
-                           self._n_grad_inputs))
+                           self._n_grad_inputs, self._native))
 
 
 def _check_compilable(tape):
@@ -859,9 +868,9 @@ def _executor(n):
         return _pool[0]
 
 
-def _rebuild(state, tape, guards, n_grad):
+def _rebuild(state, tape, guards, n_grad, native=False):
     prog = compiler.Program.from_state(state)
-    return CompiledTape(tape, guards=guards, n_grad=n_grad, _program=prog)
+    return CompiledTape(tape, guards=guards, n_grad=n_grad, _program=prog, native=native)
 
 
 def _kind_of(tape):
