@@ -46,6 +46,7 @@ _empty = np.empty
 _DOUBLES = ffi.typeof("double[]")
 _from_buffer = ffi.from_buffer
 _vg = lib.rt_value_and_grad
+from functools import partial as _partial
 
 
 def _new_double(_new=ffi.new, _t=ffi.typeof("double *")):
@@ -582,9 +583,12 @@ class CompiledTape:
         p, vg, status, tape = self._p, self._vgf, self._status, self._tape
         xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
         value = ffi.new("double *")
+        # Arguments bound once; a partial of the native tier's partial is
+        # flattened into one C-level call.
+        vg = _partial(vg, p, xp, value, gp)
 
         def run():
-            st = vg(p, xp, value, gp)
+            st = vg()
             if st:
                 status(st)
             tape._replayed_by = self

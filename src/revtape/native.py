@@ -484,4 +484,13 @@ def attach(ct):
     layout = (prog.n_vals, prog.n_in, prog.n_grad, prog.n_fixed, prog.out_off, prog.out_len)
     lib, path, spent = load(code, ct._ints, layout)
     ct._native_lib, ct._native_path, ct.native_compile_seconds = lib, path, spent
-    ct._vgf, ct._fwf = lib.rtn_value_and_grad, lib.rtn_forward
+    # Called through the VM's rt_call_native (API mode): a libffi call to
+    # the library itself would cost more than eight-schools' whole replay.
+    from functools import partial
+    from ._vm import ffi as vm_ffi, lib as vm_lib
+    nffi = _get_ffi()
+    vg, fw = (vm_ffi.cast("rt_native_fn", int(nffi.cast("uintptr_t", f)))
+              for f in (lib.rtn_value_and_grad, lib.rtn_forward))
+    call, null = vm_lib.rt_call_native, vm_ffi.NULL
+    ct._vgf = partial(call, vg)
+    ct._fwf = lambda p, x, y: call(fw, p, x, y, null)
