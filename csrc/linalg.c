@@ -302,11 +302,29 @@ static void swap_rows(double *X, int64_t r, int64_t s, int64_t m)
     }
 }
 
+/* The pivots are row numbers kept as doubles in the value arena between the
+ * forward and the reverse sweep, where another instruction of a crafted
+ * program may overwrite them (the verifier checks offsets, not data): a row
+ * is swapped only after its number was checked. */
+static int lu_pivots_ok(const double *piv, int64_t n)
+{
+    int64_t k;
+    for (k = 0; k < n; k++)
+        if (!(piv[k] >= 0.0 && piv[k] < (double)n))
+            return 0;
+    return 1;
+}
+
 /* X := A^-1 X (trans 0) or A^-T X (trans 1) from lu_factor's result. */
 RT_CLONES static void lu_solve(const double *LU, const double *piv, double *X, int64_t n, int64_t m,
                      int trans)
 {
     int64_t k;
+    if (!lu_pivots_ok(piv, n)) {
+        for (k = 0; k < n * m; k++)
+            X[k] = NAN;
+        return;
+    }
     if (!trans) {
         for (k = 0; k < n; k++)
             if ((int64_t)piv[k] != k)

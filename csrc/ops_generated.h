@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "1d4804cc2a1e302c"
+#define RT_OP_TABLE_HASH "48c2e200aba6d907"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -29,6 +29,20 @@
     X(EXPIT) \
     X(LOG_EXPIT) \
     X(ERF) \
+    X(ARCSIN) \
+    X(ARCCOS) \
+    X(ARCSINH) \
+    X(ARCCOSH) \
+    X(ARCTANH) \
+    X(SINC) \
+    X(ERFC) \
+    X(ERFCX) \
+    X(NDTR) \
+    X(LOG_NDTR) \
+    X(NDTRI) \
+    X(LOGIT) \
+    X(I0E) \
+    X(I1E) \
     X(ADD_VV) \
     X(ADD_VS) \
     X(ADD_SV) \
@@ -59,6 +73,18 @@
     X(ARCTAN2_VV) \
     X(ARCTAN2_VS) \
     X(ARCTAN2_SV) \
+    X(XLOG1PY_VV) \
+    X(XLOG1PY_VS) \
+    X(XLOG1PY_SV) \
+    X(BETALN_VV) \
+    X(BETALN_VS) \
+    X(BETALN_SV) \
+    X(GAMMAINC_VV) \
+    X(GAMMAINC_VS) \
+    X(GAMMAINC_SV) \
+    X(GAMMAINCC_VV) \
+    X(GAMMAINCC_VS) \
+    X(GAMMAINCC_SV) \
     X(AZMUL_VV) \
     X(AZMUL_VS) \
     X(AZMUL_SV) \
@@ -149,7 +175,21 @@
     X(TRIGAMMA, (rt_trigamma(x)), (rt_tetragamma(x))) \
     X(EXPIT, (rt_expit(x)), (f * (1.0 - f))) \
     X(LOG_EXPIT, (rt_log_expit(x)), (rt_expit(-x))) \
-    X(ERF, (erf(x)), (M_2_SQRTPI * exp(-x * x)))
+    X(ERF, (erf(x)), (M_2_SQRTPI * exp(-x * x))) \
+    X(ARCSIN, (asin(x)), (1.0 / sqrt((1.0 - x) * (1.0 + x)))) \
+    X(ARCCOS, (acos(x)), (-1.0 / sqrt((1.0 - x) * (1.0 + x)))) \
+    X(ARCSINH, (asinh(x)), (1.0 / sqrt(1.0 + x * x))) \
+    X(ARCCOSH, (acosh(x)), (1.0 / sqrt((x - 1.0) * (x + 1.0)))) \
+    X(ARCTANH, (atanh(x)), (1.0 / ((1.0 - x) * (1.0 + x)))) \
+    X(SINC, (rt_sinc(x)), (rt_sinc_deriv(x, f))) \
+    X(ERFC, (erfc(x)), (-M_2_SQRTPI * exp(-x * x))) \
+    X(ERFCX, (rt_erfcx(x)), (rt_erfcx_deriv(x, f))) \
+    X(NDTR, (rt_ndtr(x)), (0.39894228040143267794 * exp(-0.5 * x * x))) \
+    X(LOG_NDTR, (rt_log_ndtr(x)), (rt_log_ndtr_deriv(x))) \
+    X(NDTRI, (rt_ndtri(x)), (2.50662827463100050242 * exp(0.5 * f * f))) \
+    X(LOGIT, (rt_logit(x)), (1.0 / (x * (1.0 - x)))) \
+    X(I0E, (rt_i0e(x)), (rt_i1e(x) - (double)((x > 0) - (x < 0)) * f)) \
+    X(I1E, (rt_i1e(x)), (x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f))
 
 /* Non-differentiable unary ops: X(NAME, value in x) */
 #define RT_UNARY_ND(X) \
@@ -171,6 +211,10 @@
     X(LOGADDEXP, (rt_logaddexp(x, y)), (exp(x - f)), (exp(y - f))) \
     X(XLOGY, (rt_xlogy(x, y)), (log(y)), (x / y)) \
     X(ARCTAN2, (atan2(x, y)), (y / (x * x + y * y)), (-x / (x * x + y * y))) \
+    X(XLOG1PY, (rt_xlog1py(x, y)), (log1p(y)), (x / (1.0 + y))) \
+    X(BETALN, (rt_betaln(x, y)), (rt_digamma(x) - rt_digamma(x + y)), (rt_digamma(y) - rt_digamma(x + y))) \
+    X(GAMMAINC, (rt_gammainc(x, y)), (0.0), (rt_gammainc_dx(x, y))) \
+    X(GAMMAINCC, (rt_gammaincc(x, y)), (0.0), (-rt_gammainc_dx(x, y))) \
     X(AZMUL, (x == 0.0 ? 0.0 : x * y), (y), (x))
 
 /* Non-differentiable binary ops (comparisons, masks): X(NAME, value in x y) */

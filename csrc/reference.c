@@ -91,3 +91,39 @@ double ref_chain_vg(const double *x, double *g, int64_t L, double *work)
     g[0] = ybar;
     return y;
 }
+
+double ref_radon_vg(const double *x, double *g, const double *y, const int64_t *county,
+                    const double *floor_, int64_t N, int64_t J, double cnst)
+{
+    const double mu_a = x[0], beta = x[1], log_sa = x[2], log_sy = x[3];
+    const double *a = x + 4;
+    const double sa = exp(log_sa), sy = exp(log_sy);
+    const double isa2 = 1.0 / (sa * sa), isy2 = 1.0 / (sy * sy);
+    double *ga = g + 4;
+    double rr = 0.0, dd = 0.0, dsum = 0.0, gbeta = 0.0;
+    int64_t i, j;
+    for (j = 0; j < J; j++)
+        ga[j] = 0.0;
+    /* one pass over the houses: residual, its square, and the scatter of
+     * its adjoint r / sigma_y^2 into the county intercepts */
+    for (i = 0; i < N; i++) {
+        const double r = y[i] - a[county[i]] - beta * floor_[i];
+        rr += r * r;
+        ga[county[i]] += r;
+        gbeta += r * floor_[i];
+    }
+    for (j = 0; j < J; j++) {
+        const double d = a[j] - mu_a;
+        dd += d * d;
+        dsum += d;
+        ga[j] = ga[j] * isy2 - d * isa2;
+    }
+    g[0] = dsum * isa2 - mu_a / 100.0;
+    g[1] = gbeta * isy2 - beta / 100.0;
+    g[2] = dd * isa2 - (double)J - (sa / 5.0) * (sa / 5.0) + 1.0;
+    g[3] = rr * isy2 - (double)N - (sy / 5.0) * (sy / 5.0) + 1.0;
+    return -0.5 * rr * isy2 - (double)N * log_sy - 0.5 * dd * isa2 - (double)J * log_sa
+           - 0.5 * (mu_a / 10.0) * (mu_a / 10.0) - 0.5 * (beta / 10.0) * (beta / 10.0)
+           - 0.5 * (sa / 5.0) * (sa / 5.0) + log_sa - 0.5 * (sy / 5.0) * (sy / 5.0) + log_sy
+           + cnst;
+}

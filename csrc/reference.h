@@ -34,4 +34,11 @@ double ref_logreg_vg(const double *beta, double *g, const double *X, const doubl
  * allocated), then a reverse sweep over them. */
 double ref_chain_vg(const double *x, double *g, int64_t L, double *work);
 
+/* Radon varying-intercept regression (src/revtape/workloads.py radon):
+ * x = [mu_a, beta, log sigma_a, log sigma_y, a_1..a_J], g has J + 4 entries;
+ * y, floor have N entries, county (0..J-1) N entries; const is the sum of the
+ * normalising constants. */
+double ref_radon_vg(const double *x, double *g, const double *y, const int64_t *county,
+                    const double *floor_, int64_t N, int64_t J, double cnst);
+
 #endif

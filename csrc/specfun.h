@@ -14,6 +14,18 @@
  *   rt_log_expit(x)  log(expit(x))
  *   rt_logaddexp     numpy's npy_logaddexp, bit for bit
  *   rt_xlogy         scipy's xlogy: 0 when x == 0 and y is not nan
+ *   rt_erfcx         exp(x^2) erfc(x)         erfcx(inf) = 0, inf below -26.7
+ *   rt_ndtr          standard normal CDF
+ *   rt_log_ndtr      log ndtr, relative-accurate in both tails (and its derivative)
+ *   rt_ndtri         inverse of ndtr          -inf at 0, inf at 1, nan outside [0, 1]
+ *   rt_logit         log(p / (1 - p))
+ *   rt_i0e, rt_i1e   exp(-|x|) I0(x), exp(-|x|) I1(x)
+ *   rt_sinc          numpy's sinc (and its derivative, given f = sinc(x))
+ *   rt_xlog1py       scipy's xlog1py: 0 when x == 0 and y is not nan
+ *   rt_betaln        log|B(a, b)|, without the lgamma cancellation for large a
+ *   rt_gammainc      regularised lower incomplete gamma P(a, x) (scipy's gammainc)
+ *   rt_gammaincc     Q(a, x) = 1 - P(a, x), relative-accurate in its own tail
+ *   rt_gammainc_dx   dP/dx = x^(a-1) e^-x / Gamma(a)
  */
 #ifndef REVTAPE_SPECFUN_H
 #define REVTAPE_SPECFUN_H
@@ -26,5 +38,21 @@ double rt_expit(double x);
 double rt_log_expit(double x);
 double rt_logaddexp(double x, double y);
 double rt_xlogy(double x, double y);
+double rt_erfcx(double x);
+double rt_erfcx_deriv(double x, double f);
+double rt_ndtr(double x);
+double rt_log_ndtr(double x);
+double rt_log_ndtr_deriv(double x);
+double rt_ndtri(double p);
+double rt_logit(double p);
+double rt_i0e(double x);
+double rt_i1e(double x);
+double rt_sinc(double x);
+double rt_sinc_deriv(double x, double f);
+double rt_xlog1py(double x, double y);
+double rt_betaln(double a, double b);
+double rt_gammainc(double a, double x);
+double rt_gammaincc(double a, double x);
+double rt_gammainc_dx(double a, double x);
 
 #endif

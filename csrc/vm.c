@@ -89,6 +89,35 @@ static const char *const rt_op_names[RT_NUM_OPS] = { RT_OPCODES(RT_NAME_) };
 const char *rt_op_table_hash(void) { return RT_OP_TABLE_HASH; }
 int32_t rt_num_ops(void) { return RT_NUM_OPS; }
 
+/* One elementwise op of the table on plain arrays (no program): the numpy
+ * forward of a special-function row when scipy is not installed, so that
+ * the reference replay and the VM compute the same C expression.  Binary ops
+ * take their _VV opcode (x and y both n long).  Returns -1 for an opcode
+ * that is not elementwise. */
+int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys, double *out)
+{
+    int64_t i;
+    switch (opcode) {
+#define EW_UNARY_(NAME, FX, DX)                                               \
+    case RT_OP_##NAME:                                                        \
+        for (i = 0; i < n; i++) { const double x = xs[i]; out[i] = FX; }      \
+        return 0;
+#define EW_BINARY_(NAME, FXY, DX, DY)                                         \
+    case RT_OP_##NAME##_VV:                                                   \
+        for (i = 0; i < n; i++) {                                             \
+            const double x = xs[i], y = ys[i];                                \
+            out[i] = FXY;                                                     \
+        }                                                                     \
+        return 0;
+    RT_UNARY(EW_UNARY_)
+    RT_BINARY(EW_BINARY_)
+#undef EW_UNARY_
+#undef EW_BINARY_
+    default:
+        return -1;
+    }
+}
+
 /* ------------------------------------------------------------------ kernels */
 
 /* numpy's pairwise summation, bit for bit: kernels.c (its 8-accumulator
@@ -281,6 +310,7 @@ static void rt_matmul_rev(double *dA, double *dB, const double *G, const double 
         const double x = v[a], y = v[b];                                      \
         if ((int64_t)(PRED) != n) {                                           \
             p->failed_guard = w[2];                                           \
+            p->failed_pc = pc;                                                \
             return RT_GUARD_FAILED;                                           \
         }                                                                     \
         VM_NEXT;                                                              \
@@ -1339,6 +1369,21 @@ static int rt_verify_program(rt_vctx *vc)
     return 1;
 }
 
+/* 1 if any instruction is a guard (the program can refuse a replay midway). */
+static int32_t rt_has_guard(const rt_program *p)
+{
+    int64_t pc;
+    for (pc = 0; pc < p->n_instr; pc++) {
+        switch (p->code[pc * RT_WORDS] & RT_OPCODE_MASK) {
+        RT_GUARDS(V_CASE_GUARD)
+            return 1;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
 int rt_verify(rt_program *p, char *msg, int64_t msg_len)
 {
     rt_vctx vc;
@@ -1352,6 +1397,7 @@ int rt_verify(rt_program *p, char *msg, int64_t msg_len)
     if (msg != NULL && msg_len > 0)
         msg[0] = '\0';
     ok = rt_verify_program(&vc);
+    p->guarded = ok ? rt_has_guard(p) : 0;
     __atomic_store_n(&p->verified, ok ? 1 : 0, __ATOMIC_RELEASE);
     return ok ? RT_OK : RT_UNVERIFIED;
 }
@@ -1393,19 +1439,53 @@ static int rt_forward_locked(rt_program *p, const double *x)
     return rt_run_forward(p);
 }
 
+/* A guard can refuse a replay after x was copied in and part of the program
+ * ran.  So that the arena still holds one complete replay afterwards (what
+ * rt_read_io reports), guarded programs keep the previous inputs and output
+ * in the adjoint arena, which is scratch until a reverse or tangent sweep
+ * zeroes it, and put them back on refusal.  Same offsets: an output that
+ * aliases an input is saved and restored consistently. */
+static void rt_save_io(rt_program *p, int restore)
+{
+    double *from = restore ? p->adj : p->vals, *to = restore ? p->vals : p->adj;
+    if (p->n_in > 0)
+        memcpy(to, from, (size_t)p->n_in * sizeof(double));
+    if (p->out_len > 0)
+        memcpy(to + p->out_off, from + p->out_off, (size_t)p->out_len * sizeof(double));
+}
+
 /* The start every entry point shares: take the program, check that it was
  * verified and that the caller passed every buffer it needs (`missing`),
  * copy x in and run the forward sweep.  On RT_BUSY the program was not
- * taken: return at once, without rt_release. */
-static int rt_begin(rt_program *p, const double *x, int missing)
+ * taken: return at once, without rt_release.  A refused replay fills r (if
+ * not NULL) before the previous replay's values are put back. */
+static int rt_begin_report(rt_program *p, const double *x, int missing, rt_report *r)
 {
+    int st;
     if (!rt_acquire(p))
         return RT_BUSY;
     if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
         return RT_UNVERIFIED;
     if (missing)
         return RT_BADARG;
-    return rt_forward_locked(p, x);
+    if (p->guarded)
+        rt_save_io(p, 0);
+    st = rt_forward_locked(p, x);
+    if (st != RT_OK && p->guarded) {
+        if (st == RT_GUARD_FAILED && r != NULL) {
+            const int32_t *w = p->code + p->failed_pc * RT_WORDS;
+            r->guard = w[2];
+            r->operands[0] = p->vals[w[3]];
+            r->operands[1] = p->vals[w[4]];
+        }
+        rt_save_io(p, 1);
+    }
+    return st;
+}
+
+static int rt_begin(rt_program *p, const double *x, int missing)
+{
+    return rt_begin_report(p, x, missing, NULL);
 }
 
 static void rt_copy_out(const rt_program *p, double *y)
@@ -1435,6 +1515,38 @@ int rt_forward(rt_program *p, const double *x, double *y)
         return st;
     if (st == RT_OK)
         rt_copy_out(p, y);
+    return rt_release(p, st);
+}
+
+int rt_forward_report(rt_program *p, const double *x, double *y, int64_t pick, rt_report *r)
+{
+    int st;
+    if (p == NULL)
+        return RT_BADARG;
+    if ((st = rt_begin_report(p, x, pick >= p->n_vals || (pick >= 0 && r == NULL), r)) == RT_BUSY)
+        return st;
+    if (st == RT_OK) {
+        rt_copy_out(p, y);
+        if (pick >= 0)
+            r->picked = p->vals[pick];
+    }
+    return rt_release(p, st);
+}
+
+int rt_read_io(rt_program *p, double *x, double *y)
+{
+    int st = RT_OK;
+    if (p == NULL)
+        return RT_BADARG;
+    if (!rt_acquire(p))
+        return RT_BUSY;
+    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        st = RT_UNVERIFIED;
+    else {
+        if (x != NULL && p->n_in > 0)
+            memcpy(x, p->vals, (size_t)p->n_in * sizeof(double));
+        rt_copy_out(p, y);
+    }
     return rt_release(p, st);
 }
 
@@ -1585,6 +1697,8 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
     if (st == RT_BUSY)
         return st;
     for (; st == RT_OK && r < k; r++) {
+        if (p->guarded)                 /* a refused row leaves the last complete one */
+            rt_save_io(p, 0);
         if (p->n_in > 0)
             memcpy(p->vals, X + r * p->n_in, (size_t)p->n_in * sizeof(double));
         if ((st = rt_run_forward(p)) != RT_OK)
@@ -1597,6 +1711,8 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
             memcpy(G + r * p->n_grad, p->adj, (size_t)p->n_grad * sizeof(double));
         values[r] = p->vals[p->out_off];
     }
+    if (st != RT_OK && st != RT_UNVERIFIED && st != RT_BADARG && p->guarded)
+        rt_save_io(p, 1);
     if (row != NULL)
         *row = r;
     return rt_release(p, st);
@@ -1612,6 +1728,8 @@ int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64
     if (st == RT_BUSY)
         return st;
     for (; st == RT_OK && r < k; r++) {
+        if (p->guarded)
+            rt_save_io(p, 0);
         if (p->n_in > 0)
             memcpy(p->vals, X + r * p->n_in, (size_t)p->n_in * sizeof(double));
         if ((st = rt_run_forward(p)) != RT_OK)
@@ -1619,6 +1737,8 @@ int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64
         if (p->out_len > 0)
             memcpy(Y + r * p->out_len, p->vals + p->out_off, (size_t)p->out_len * sizeof(double));
     }
+    if (st != RT_OK && st != RT_UNVERIFIED && st != RT_BADARG && p->guarded)
+        rt_save_io(p, 1);
     if (row != NULL)
         *row = r;
     return rt_release(p, st);

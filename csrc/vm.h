@@ -82,7 +82,17 @@ typedef struct rt_program {
     rt_callback callback; /* PYCALL instructions call this (NULL: a program with */
     void *callback_ctx;   /*   PYCALLs fails verification) */
     int64_t n_callbacks;  /* PYCALL slots are 0 .. n_callbacks - 1 */
+    int32_t guarded;      /* written by rt_verify: the program has a guard */
+    int64_t failed_pc;    /* instruction of the failed guard (diagnostics only) */
 } rt_program;
+
+/* What a caller must read while its call still owns the program (once busy
+ * is released another thread may overwrite the arena): see rt_forward_report. */
+typedef struct rt_report {
+    int32_t guard;        /* RT_GUARD_FAILED: the failed guard's number ... */
+    double operands[2];   /* ... and its two operand values as the guard saw them */
+    double picked;        /* RT_OK: vals[pick] after the forward sweep */
+} rt_report;
 
 /* Checks every opcode, offset, length and index map of p; sets p->verified.
  * Returns RT_OK or RT_UNVERIFIED with a message in msg. */
@@ -91,6 +101,21 @@ int rt_verify(rt_program *p, char *msg, int64_t msg_len);
 /* Copies x (n_in values; NULL: vals already hold the inputs) into the arena
  * and runs the forward sweep; copies the output into y unless y is NULL. */
 int rt_forward(rt_program *p, const double *x, double *y);
+
+/* rt_forward, and while the call still owns the program: on RT_OK copies
+ * vals[pick] into r->picked (pick < 0: nothing; pick >= n_vals: RT_BADARG,
+ * nothing run), on RT_GUARD_FAILED writes the guard's number and operand
+ * values into r.  r may be NULL.
+ *
+ * Every entry point leaves the arena holding one complete replay: when a
+ * guard refuses a replay, the inputs and output of the previous replay are
+ * put back (the forward sweep saves them first in guarded programs). */
+int rt_forward_report(rt_program *p, const double *x, double *y, int64_t pick, rt_report *r);
+
+/* Copies the inputs (n_in values) and the output (out_len values) of the
+ * last replay into x and y (either may be NULL), while owning the program so
+ * that no concurrent replay is half-read.  RT_BUSY while another runs. */
+int rt_read_io(rt_program *p, double *x, double *y);
 
 /* Forward, then one reverse sweep seeded with 1 on the scalar output; writes
  * the value to *value and n_grad gradient values to g; returns the status. */
@@ -142,5 +167,9 @@ int rt_call_native(rt_native_fn fn, rt_program *p, const double *x, double *a, d
 /* Hash of the op table this VM was generated from (see ops_generated.h). */
 const char *rt_op_table_hash(void);
 int32_t rt_num_ops(void);
+
+/* out[i] = op(xs[i] (, ys[i])) for an elementwise opcode (binary: its _VV
+ * form); no program needed.  Returns 0, or -1 for any other opcode. */
+int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys, double *out);
 
 #endif

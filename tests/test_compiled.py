@@ -4,15 +4,17 @@ the reference replay; copies, pickles, threads and memory."""
 import concurrent.futures as cf
 import copy
 import gc
+import math
 import multiprocessing
 import os
 import pickle
 import resource
+import sys
 import threading
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import revtape as rt
@@ -735,3 +737,587 @@ def test_chain_steps_fuse_into_axpy():
     names = _opcodes(ct)
     assert names.count("AXPY") == 50 and len(names) == 150
     np.testing.assert_allclose(ct.gradient(wl.x0), wl.numpy_vg(wl.x0)[1], rtol=1e-13)
+
+
+# ---------------------------------------------------------------- hardening (issue 10, items 6-11)
+
+def _hammer(n_threads, work):
+    """Run work(k) on n_threads threads at once; re-raise the first error."""
+    errors = []
+    barrier = threading.Barrier(n_threads)
+
+    def run(k):
+        try:
+            barrier.wait()
+            work(k)
+        except BaseException as e:       # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def test_threads_sharing_one_compiled_hessian_tape_never_get_each_others_numbers():
+    f = lambda x: np.sum(np.exp(0.3 * x) * x[0]) + np.sum(x ** 4) + x[1] * x[2]
+    n = 5
+    ct = rt.compile(rt.HessianTape(f, np.linspace(0.1, 0.6, n)))
+    xs = [np.linspace(-0.5, 0.5, n) + 0.1 * k for k in range(4)]
+    vs = [np.cos(np.arange(n) + k) for k in range(4)]
+    serial = [(ct.value_and_gradient(x), ct.hvp(x, v)) for x, v in zip(xs, vs)]
+    wrong, ran = [], [0]
+
+    def work(k):
+        x, v = xs[k], vs[k]
+        (v0, g0), hv0 = serial[k]
+        for i in range(5000):
+            try:
+                if k % 2 == 0:
+                    val, g = ct.value_and_gradient(x)
+                    ok = val == v0 and np.array_equal(g, g0)
+                else:
+                    ok = np.array_equal(ct.hvp(x, v), hv0)
+            except rt.ConcurrentUseError:
+                continue
+            ran[0] += 1
+            if not ok:
+                wrong.append((k, i))
+
+    interval = sys.getswitchinterval()
+    try:
+        for every in (5e-3, 1e-6):       # GIL hand-overs: coarse, then very fine
+            sys.setswitchinterval(every)
+            _hammer(4, work)
+    finally:
+        sys.setswitchinterval(interval)
+    assert ran[0] > 0 and not wrong, f"{len(wrong)} results belonged to another thread"
+    H = ct.hessian(xs[0])
+    np.testing.assert_allclose(H @ vs[0], serial[0][1], rtol=1e-12)
+
+
+def test_threads_sharing_one_compiled_gradient_tape_never_get_each_others_numbers():
+    wl = workloads.rosenbrock_loop(n=8)
+    ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    xs = [wl.x0 + 0.05 * k for k in range(3)]
+    serial = [ct.value_and_gradient(x) for x in xs]
+    wrong, ran = [], [0]
+
+    def work(k):
+        v0, g0 = serial[k]
+        x, out = xs[k].copy(), np.empty(8)
+        for i in range(3000):
+            try:
+                v, g = (ct.value_and_gradient(x, out=out) if i % 2 else
+                        ct.value_and_gradient(xs[k]))
+            except rt.ConcurrentUseError:
+                continue
+            ran[0] += 1
+            if v != v0 or not np.array_equal(g, g0):
+                wrong.append(k)
+
+    _hammer(3, work)
+    assert ran[0] > 0 and not wrong
+
+
+def _two_guards(x):
+    a = x[0] * 2.0 if x[0] > 0.0 else -x[0]
+    b = x[1] * 3.0 if x[1] > 1.0 else x[1] ** 2
+    return a + b + np.sum(x ** 2)
+
+
+def test_a_branch_changed_reports_the_guard_of_its_own_thread():
+    ct = rt.compile(rt.GradientTape(_two_guards, np.array([1.0, 2.0, 0.5])))
+    x_other = np.array([1.0, 2.0, 0.5])                       # takes the recorded branches
+    bad = {0: np.array([-0.25, 2.0, 0.5]), 1: np.array([1.0, 0.75, 0.5])}
+    seen = []
+
+    def work(k):
+        for i in range(1500):
+            try:
+                if k == 2:
+                    ct.value_and_gradient(x_other)
+                elif i % 2:
+                    ct.value_and_gradient(bad[k])
+                else:
+                    ct.gradient(bad[k], out=np.empty(3))
+            except rt.ConcurrentUseError:
+                continue
+            except rt.BranchChanged as e:
+                seen.append((k, e.guard, e.operands))
+
+    _hammer(3, work)
+    assert seen
+    for k, guard, operands in seen:
+        assert guard == k
+        assert operands == ((-0.25, 0.0) if k == 0 else (0.75, 1.0))
+
+
+def test_the_pointer_cache_sees_strides_changed_in_place():
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(4)))
+    g = np.empty(4)
+    big = np.array([1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0])
+    x = big[:4]                                     # [1, 2, 1, 2]: value 10
+    assert ct.value_and_gradient(x, out=g)[0] == 10.0
+    with pytest.warns(DeprecationWarning) if np.lib.NumpyVersion(np.__version__) >= "2.4.0" \
+            else _nothing():
+        x.strides = (16,)                           # the same array now means [1, 1, 1, 1]
+    v, gx = ct.value_and_gradient(x, out=g)
+    assert v == 4.0
+    np.testing.assert_array_equal(gx, 2.0 * np.ones(4))
+
+
+def test_a_strided_out_is_written_whole():
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(4)))
+    base = np.zeros(8)
+    gv = base[:4]
+    ct.value_and_gradient(np.full(4, 3.0), out=gv)  # cached as a contiguous out
+    with pytest.warns(DeprecationWarning) if np.lib.NumpyVersion(np.__version__) >= "2.4.0" \
+            else _nothing():
+        gv.strides = (16,)
+    v, g = ct.value_and_gradient(np.full(4, 5.0), out=gv)
+    assert g is gv and v == 100.0
+    # every element of the strided out, and nothing between them (6.0: the first call)
+    np.testing.assert_array_equal(base, [10.0, 6.0, 10.0, 6.0, 10.0, 0, 10.0, 0])
+    fresh = np.zeros(8)
+    ct.value_and_gradient(np.arange(4.0), out=fresh[::2])  # strided from the start
+    np.testing.assert_array_equal(fresh, [0, 0, 2, 0, 4, 0, 6, 0])
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _misaligned(values):
+    values = np.asarray(values, dtype=np.float64)
+    buf = bytearray(8 * values.size + 1)
+    a = np.frombuffer(buf, offset=1, count=values.size)
+    a[...] = values
+    assert not a.flags.aligned
+    return a
+
+
+def test_misaligned_arrays_are_copied_or_refused_at_every_entry_point():
+    f = lambda x: np.sum(np.exp(x) * x[0]) + np.sum(x ** 3)
+    x0 = np.array([0.3, -0.2, 0.5, 0.1])
+    tape = rt.GradientTape(f, x0)
+    ct = rt.compile(tape)
+    x = x0 + 0.25
+    xm = _misaligned(x)
+    v_ref, g_ref = tape.value_and_gradient(x)
+    v, g = ct.value_and_gradient(xm)
+    assert v == pytest.approx(v_ref, rel=1e-14)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-13)
+    out = _misaligned(np.zeros(4))
+    for _ in range(2):                              # the second call goes through the caches
+        v, g = ct.value_and_gradient(xm, out=out)
+        assert g is out
+        np.testing.assert_allclose(out, g_ref, rtol=1e-13)
+    assert ct.forward(xm) == pytest.approx(v_ref, rel=1e-14)
+    vv = _misaligned([1.0, -1.0, 0.5, 2.0])
+    H = tape.hessian(x)
+    np.testing.assert_allclose(ct.jvp(xm, vv), g_ref @ vv, rtol=1e-12)
+    np.testing.assert_allclose(ct.hvp(xm, vv), H @ vv, rtol=1e-12)
+    np.testing.assert_allclose(ct.vjp(xm, 2.0), 2 * g_ref, rtol=1e-13)
+    np.testing.assert_allclose(ct.hessian(xm), H, rtol=1e-12)
+    np.testing.assert_allclose(ct.jacobian(xm), g_ref, rtol=1e-13)
+    with pytest.raises(rt.InputError, match="aligned"):
+        ct.bind(xm, np.empty(4))
+    with pytest.raises(rt.InputError, match="aligned"):
+        ct.bind(x.copy(), _misaligned(np.zeros(4)))
+    ht = rt.compile(rt.HessianTape(f, x0))
+    np.testing.assert_allclose(ht.value_and_gradient(xm)[1], g_ref, rtol=1e-13)
+    np.testing.assert_allclose(ht.hvp(xm, vv), H @ vv, rtol=1e-12)
+
+
+# ------------------------------------------------ rt.value after refused replays, copies
+
+def test_a_refused_compiled_replay_leaves_the_previous_replays_values():
+    tape = rt.GradientTape(_two_guards, np.array([1.0, 2.0, 0.5]))
+    ct = rt.compile(tape)
+    x1 = np.array([2.0, 3.0, -1.0])
+    v1 = ct.value_and_gradient(x1)[0]
+    for refused in (lambda: ct.value_and_gradient(np.array([-1.0, 3.0, 0.0])),
+                    lambda: ct.value_and_gradient(np.array([-1.0, 3.0, 0.0]), out=np.empty(3)),
+                    lambda: ct.jacobian(np.array([1.0, 0.0, 0.0])),
+                    lambda: ct.hvp(np.array([-1.0, 3.0, 0.0]), np.ones(3))):
+        with pytest.raises(rt.BranchChanged):
+            refused()
+        np.testing.assert_array_equal(rt.value(tape.inputs[0]), x1)
+        assert rt.value(tape.output) == v1
+
+
+def test_a_refused_reference_replay_leaves_the_previous_replays_values():
+    tape = rt.GradientTape(_two_guards, np.array([1.0, 2.0, 0.5]))
+    x1 = np.array([2.0, 3.0, -1.0])
+    v1 = tape.forward(x1)
+    with pytest.raises(rt.BranchChanged):
+        tape.value_and_gradient(np.array([1.0, 0.5, 0.0]))
+    np.testing.assert_array_equal(rt.value(tape.inputs[0]), x1)
+    assert rt.value(tape.output) == v1
+    ct = rt.compile(tape)
+    x2 = x1 + 1.0
+    v2 = ct.forward(x2)                 # a compiled replay, then a refused reference one
+    with pytest.raises(rt.BranchChanged):
+        tape.forward(np.array([-1.0, 3.0, 0.0]))
+    np.testing.assert_array_equal(rt.value(tape.inputs[0]), x2)
+    assert rt.value(tape.output) == v2
+
+
+@pytest.mark.parametrize("copier", [copy.deepcopy, lambda t: pickle.loads(pickle.dumps(t))])
+def test_copies_of_a_replayed_tape_report_the_originals_values(copier):
+    tape = rt.GradientTape(lambda x: np.sum(np.sin(x) * x), np.ones(3))
+    ct = rt.compile(tape)
+    x = np.array([0.5, -1.0, 2.0])
+    ct.value_and_gradient(x)
+    c = copier(tape)
+    np.testing.assert_array_equal(rt.value(c.inputs[0]), rt.value(tape.inputs[0]))
+    assert rt.value(c.output) == rt.value(tape.output) == ct.forward(x)
+    np.testing.assert_array_equal(rt.value(c.inputs[0]), x)
+    c2 = copier(ct)
+    assert rt.value(c2.tape.output) == rt.value(tape.output)
+
+
+# ------------------------------------------------ pickles from untrusted sources
+
+def _pickled_parts(ct):
+    fn, (state, tape, guards, n_grad) = ct.__reduce__()
+    return fn, dict(state), tape, guards, n_grad
+
+
+def test_a_pickle_whose_input_shape_disagrees_with_n_in_is_refused():
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(4)))
+    fn, state, tape, guards, n_grad = _pickled_parts(ct)
+    state["inputs"] = [(0, (1_000_000,), False)]           # C would copy 10^6 into out=
+    with pytest.raises(rt.VerificationError, match="n_in"):
+        fn(state, None, guards, n_grad)
+    state = _pickled_parts(ct)[1]
+    state["n_in"] = state["n_grad"] = state["n_fixed"] = 3
+    with pytest.raises(rt.VerificationError):
+        fn(state, None, guards, n_grad)
+    with pytest.raises(rt.VerificationError, match="differentiated"):
+        fn(_pickled_parts(ct)[1], None, guards, 7)
+
+
+@pytest.mark.parametrize("code", [lambda c: c.reshape(-1), lambda c: c.reshape(-1, 3),
+                                  lambda c: c.astype(np.int64), lambda c: c.astype(float),
+                                  lambda c: c.tolist()])
+def test_a_pickled_code_of_the_wrong_shape_or_dtype_is_refused(code):
+    ct = _small_program()
+    fn, state, tape, guards, n_grad = _pickled_parts(ct)
+    state["code"] = code(state["code"])
+    with pytest.raises(rt.VerificationError, match="code"):
+        fn(state, tape, guards, n_grad)
+
+
+def test_absurd_arenas_from_a_small_pickle_are_refused():
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(4)))
+    fn, state, tape, guards, n_grad = _pickled_parts(ct)
+    state["n_vals"] = 2 ** 27                              # 2 x 1 GiB of arenas
+    with pytest.raises(rt.VerificationError, match="MiB"):
+        fn(state, None, guards, n_grad)
+    with pytest.raises(rt.VerificationError, match="MiB"):
+        fn(state, tape, guards, n_grad)
+    big = rt.compile(rt.GradientTape(lambda x: np.sum(np.outer(x, x)), np.ones(1100)))
+    again = pickle.loads(pickle.dumps(big))                # 1.2e6 values, carried by its tape
+    np.testing.assert_array_equal(again.gradient(np.ones(1100)), big.gradient(np.ones(1100)))
+
+
+def test_what_the_verifier_saw_cannot_be_changed_afterwards():
+    ct = _small_program()
+    for arr in (ct._code, ct._ints, ct.code, ct.program.code, ct.program.ints):
+        with pytest.raises(ValueError):
+            arr.setflags(write=True)
+        with pytest.raises(ValueError):
+            arr[...] = 0
+
+
+def test_a_guard_location_from_a_pickle_is_never_read(tmp_path):
+    secret = tmp_path / "secret.py"
+    secret.write_text("TOP SECRET CONTENTS\n")
+    ct = rt.compile(rt.GradientTape(_two_guards, np.array([1.0, 2.0, 0.5])))
+    fn, state, tape, guards, n_grad = _pickled_parts(ct)
+    state["guards"] = [({**params, "where": (str(secret), 1)}, a, b)
+                       for params, a, b in state["guards"]]
+    loaded = pickle.loads(pickle.dumps(fn(state, tape, guards, n_grad)))
+    with pytest.raises(rt.BranchChanged) as e:
+        loaded.gradient(np.array([-1.0, 2.0, 0.5]))
+    assert str(secret) in str(e.value) and "SECRET" not in str(e.value)
+    # a whole tape from a pickle: its own recorded locations are not read either
+    t2 = pickle.loads(pickle.dumps(ct.tape))
+    with pytest.raises(rt.BranchChanged) as e:
+        t2.gradient(np.array([-1.0, 2.0, 0.5]))
+    assert "x[0] > 0.0" not in str(e.value)
+    with pytest.raises(rt.BranchChanged) as e:     # in-process recordings quote their line
+        ct.gradient(np.array([-1.0, 2.0, 0.5]))
+    assert "x[0] > 0.0" in str(e.value)
+
+
+def _mutations():
+    def setter(key, values):
+        return st.tuples(st.just(key), st.sampled_from(values))
+    ints = [-1, 0, 1, 2, 3, 4, 5, 7, 100, 2 ** 20, 2 ** 31 - 1, 2 ** 31, -2 ** 31, 2 ** 40,
+            True, 1.0, "3", None]
+    return st.one_of(
+        *(setter(k, ints) for k in ("n_in", "n_grad", "n_fixed", "n_vals", "out_off",
+                                    "value_off")),
+        setter("out_shape", [(), (1,), (2,), (4,), (0,), (-1,), (2, 2), (10 ** 6,), [1], None,
+                             (1.5,)]),
+        setter("inputs", [[], [(0, (4,), False)], [(0, (5,), False)], [(0, (3,), False)],
+                          [(0, (), True)], [(1, (4,), False)], [(0, (2,), False), (2, (2,), False)],
+                          [(0, (4,), True)], [(0, (-4,), False)], [(0, (4,))], "x", None]),
+        setter("guards", [[], [({"pred": "gt", "expected": True, "where": ("f", 1), "index": 0},
+                                0, 0)] * 3, [None], "x",
+                          [({"pred": "zz", "expected": True, "where": ("f", 1), "index": 0}, 0, 0)]]),
+        setter("consts", [np.zeros(0), np.zeros(1), np.zeros(100), np.zeros((2, 2)), [0.0],
+                          np.zeros(3, dtype=np.float32)]),
+        setter("ints", [np.zeros(0, np.int32), np.arange(100, dtype=np.int32),
+                        np.zeros((2, 2), np.int32), np.zeros(3, np.int64), [1, 2]]),
+        setter("code", ["shape", "dtype", "rows", "flat"]),
+        setter("n_grad_arg", [None, 0, 1, 2, -1, 5, 1.0]),
+        setter("tape", ["keep", "none", "other", "junk"]),
+    )
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_mutations(), min_size=1, max_size=4), st.sampled_from(["grad", "hess", "tuple"]))
+def test_fuzz_mutated_pickled_metadata_is_refused_or_replays_safely(mutations, kind):
+    f = lambda x: np.sum(np.exp(x) * x[0]) + (x[1] * x[2] if x[1] > 0 else x[2])
+    x0 = np.array([0.3, 0.2, 0.5, 0.1])
+    base = _FUZZ_BASES.setdefault(kind, {
+        "grad": lambda: rt.compile(rt.GradientTape(f, x0)),
+        "hess": lambda: rt.compile(rt.HessianTape(f, x0)),
+        "tuple": lambda: _CompiledTape(rt.GradientTape(lambda a, b: np.sum(a * b) + b[0] ** 3,
+                                                       (x0[:2], x0[2:])), n_grad=1),
+    }[kind]())
+    fn, state, tape, guards, n_grad = _pickled_parts(base)
+    for key, value in mutations:
+        if key == "code":
+            c = state["code"]
+            state["code"] = {"shape": lambda: c.reshape(-1), "dtype": lambda: c.astype(np.int64),
+                             "rows": lambda: c[:-1],
+                             "flat": lambda: c.reshape(-1)[:c.size // 3 * 3].reshape(-1, 3)}[value]()
+        elif key == "n_grad_arg":
+            n_grad = value
+        elif key == "tape":
+            tape = {"keep": tape, "none": None, "other": _FUZZ_BASES.get("grad", base).tape,
+                    "junk": "junk"}[value]
+        else:
+            state[key] = value
+    try:
+        ct = pickle.loads(pickle.dumps(fn(state, tape, guards, n_grad)))
+    except rt.RevtapeError:
+        event("refused")
+        return
+    event("accepted")
+    # accepted: every number C trusts agrees with the buffers Python hands it
+    prog = ct.program
+    assert sum(math.prod(s) for _, s, _ in prog.inputs) == prog.n_in
+    assert sum(math.prod(s) for s in ct._grad_shapes) == prog.n_grad
+    xs = [np.full(s, 0.4) if s else 0.4 for _, s, _ in prog.inputs]
+    x = xs[0] if len(xs) == 1 else tuple(xs)
+    v = [np.ones(s) if s else 1.0 for s in ct._grad_shapes]
+    calls = [lambda: ct.forward(x), lambda: ct.value_and_gradient(x), lambda: ct.jacobian(x),
+             lambda: ct.jvp(x, v[0] if len(v) == 1 else tuple(v)),
+             lambda: ct.vjp(x, np.ones(prog.out_shape)), lambda: ct.hessian(x),
+             lambda: ct.hvp(x, v[0] if len(v) == 1 else tuple(v))]
+    for call in calls:
+        try:
+            call()
+        except rt.RevtapeError:
+            pass
+    if ct.tape is not None:
+        rt.value(ct.tape.output)
+
+
+_FUZZ_BASES = {}
+from revtape.compiled import CompiledTape as _CompiledTape  # noqa: E402
+
+
+# ------------------------------------------------ reference cycles
+
+def test_dropped_tapes_and_compiled_tapes_die_without_the_cyclic_collector():
+    import weakref
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for kind in ("grad", "hess", "bind"):
+            tape = (rt.HessianTape if kind == "hess" else rt.GradientTape)(
+                lambda x: np.sum(np.sin(x) * x) + (x[0] if x[1] > 0 else -x[0]), np.ones(5))
+            ct = rt.compile(tape)
+            ct.value_and_gradient(np.full(5, 0.5))
+            if kind == "grad":
+                tape.hvp(np.full(5, 0.5), np.ones(5))      # caches a traced gradient tape
+                copy.deepcopy(ct).gradient(np.full(5, 0.5))
+            if kind == "bind":
+                run = ct.bind(np.full(5, 0.5), np.empty(5))
+                run()
+                ct.hvp(np.full(5, 0.5), np.ones(5))
+                del run
+            inp, out = tape.inputs[0], tape.output
+            rt.value(out)
+            refs = [weakref.ref(o) for o in (tape, ct, inp, out)]
+            del tape, ct, inp, out
+            assert [r() for r in refs] == [None] * 4, kind
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_record_compile_replay_drop_loops_keep_memory_bounded_with_gc_off():
+    x = np.linspace(-1.0, 1.0, 200_000)
+    f = lambda x: np.sum(np.exp(0.1 * x) * x ** 2)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(3):
+            rt.compile(rt.GradientTape(f, x)).value_and_gradient(x)
+        before = _rss_kib()
+        for _ in range(100):
+            tape = rt.GradientTape(f, x)
+            ct = rt.compile(tape)
+            ct.value_and_gradient(x + 0.1)
+            rt.value(tape.output)
+            del tape, ct
+        grown = _rss_kib() - before
+    finally:
+        if was:
+            gc.enable()
+    # one loop holds ~15 MB (tape values, two arenas); 100 leaked loops were 1.4 GB
+    assert grown < 64 * 1024, f"RSS grew by {grown} KiB over 100 loops with gc disabled"
+
+
+def test_rt_value_during_concurrent_replays_never_reads_a_half_written_arena():
+    n = 20_000
+    tape = rt.GradientTape(lambda x: np.sum(x * x), np.ones(n))
+    ct = rt.compile(tape)
+    stop, torn, reads = threading.Event(), [], [0]
+
+    def replay(k):
+        xs = [np.full(n, float(j)) for j in range(1, 5)]
+        i = 0
+        while not stop.is_set():
+            try:
+                ct.value_and_gradient(xs[i % 4])
+            except rt.ConcurrentUseError:
+                pass
+            i += 1
+
+    threads = [threading.Thread(target=replay, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(3000):
+            tape._replayed_by = getattr(ct, "_arena", ct)   # as after a replay: read it now
+            tape._pull_replay()
+            x, y = tape._vals[tape.inputs[0]._id], tape._vals[tape.output._id]
+            reads[0] += 1
+            if not (np.all(x == x[0]) and y == n * x[0] ** 2):
+                torn.append((x[0], y))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert reads[0] == 3000 and not torn, f"{len(torn)} reads mixed two replays"
+
+
+def test_changing_ctape_program_after_loading_changes_nothing_c_sees():
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(4)))
+    x = np.arange(4.0)
+    prog = ct.program
+    prog.n_in, prog.n_grad, prog.out_shape = 10 ** 6, 10 ** 6, (10 ** 6,)
+    prog.inputs.clear() if isinstance(prog.inputs, list) else None
+    assert ct.program.n_in == 4 and ct.program.out_shape == ()
+    assert ct.forward(x) == 14.0
+    np.testing.assert_array_equal(ct.gradient(x), 2 * x)
+    np.testing.assert_array_equal(ct.jacobian(x), 2 * x)
+    assert ct.jvp(x, np.ones(4)) == 12.0
+    rt.value(ct.tape.output)
+
+
+def test_a_batch_refused_at_a_row_reports_that_rows_guard_and_leaves_one_replay():
+    tape = rt.GradientTape(_two_guards, np.array([1.0, 2.0, 0.5]))
+    ct = rt.compile(tape)
+    X = np.array([[1.0, 2.0, 0.5], [2.0, 3.0, 1.0], [1.5, 0.5, 0.25], [3.0, 3.0, 3.0]])
+    with pytest.raises(rt.BranchChanged) as e:
+        ct.batch_value_and_gradient(X)
+    assert e.value.row == 2 and e.value.guard == 1 and e.value.operands == (0.5, 1.0)
+    x = rt.value(tape.inputs[0])
+    assert rt.value(tape.output) == tape.forward(x)     # inputs and output of one replay
+    tape._replayed_by = ct._arena      # the arena itself holds the last complete row
+    np.testing.assert_array_equal(rt.value(tape.inputs[0]), X[1])
+    assert rt.value(tape.output) == ct.batch_value_and_gradient(X[:2])[0][1]
+
+
+def test_a_failing_callback_reports_its_own_threads_error():
+    @rt.primitive
+    def picky(x):
+        if x < 0:
+            raise ValueError(f"picky refuses {x!r}")
+        return x * 2.0
+
+    rt.defvjp(picky, lambda ans, x: lambda g: 2.0 * g)
+    ct = rt.compile(rt.GradientTape(lambda x: picky(x) + x, 1.0))
+    seen = []
+
+    def work(k):
+        x = -1.0 - k
+        for _ in range(3000):
+            try:
+                ct.value_and_gradient(x)
+            except rt.ConcurrentUseError:
+                continue
+            except ValueError as e:
+                seen.append((k, str(e)))
+            except rt.RevtapeError as e:
+                seen.append((k, str(e)))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        _hammer(3, work)
+    finally:
+        sys.setswitchinterval(interval)
+    wrong = [(k, msg) for k, msg in seen if msg != f"picky refuses {-1.0 - k!r}"]
+    assert seen and not wrong, f"{len(wrong)} of {len(seen)} errors were another thread's"
+
+
+
+def test_the_words_of_batch_programs_cannot_be_changed_after_verification():
+    wl = workloads.eight_schools()
+    ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    X = wl.x0 + 0.01 * np.arange(40.0)[:, None]
+    ct.batch_value_and_gradient(X)                     # builds the wide program
+    assert ct._wide_arenas
+    for arena in ct._wide_arenas:
+        with pytest.raises(ValueError):
+            arena.code.setflags(write=True)
+
+
+def test_pivots_overwritten_between_sweeps_never_index_out_of_bounds():
+    # The LU pivots of a solve are data in the value arena between the forward
+    # and the reverse sweep; a crafted program can overwrite them (the verifier
+    # checks offsets, not values).  The reverse sweep must check them.
+    A = np.array([[2.0, 0.3, 0.1], [0.3, 1.5, 0.2], [0.1, 0.2, 1.0]])
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum(np.linalg.solve(A + np.diag(x ** 2), x)),
+                                    np.array([0.2, 0.5, 0.9])))
+    fn, state, tape, guards, n_grad = _pickled_parts(ct)
+    code = state["code"]
+    k = next(i for i, row in enumerate(code) if ops.VM_OPCODES[row[0] & 0xFFFF] == "SOLVE")
+    N, scratch = int(state["ints"][code[k, 5]]), int(state["ints"][code[k, 5] + 3])
+    piv, a = scratch + N * N, int(code[k, 3])
+    exp = ops.VM_OPCODES.index("EXP")
+    crafted = [[exp, 1, piv, a, 0, 0]]       # pivot 0 -> e^A[0,0] ~ 7.7 > N (no in-place write: refused)
+    state["code"] = np.ascontiguousarray(
+        np.concatenate([code[:k + 1], np.array(crafted, np.int32), code[k + 1:]]), np.int32)
+    bad = fn(state, None, guards, n_grad)
+    g = bad.gradient(np.array([0.2, 0.5, 0.9]))
+    assert np.isnan(g).all()
+    assert np.isnan(bad.jacobian(np.array([0.2, 0.5, 0.9]))).all()

@@ -46,7 +46,8 @@ def wl(request):
 
 
 def test_registry():
-    assert set(W.ALL) == {"eight-schools", "rosenbrock-loop", "rosenbrock-vec", "logreg", "chain"}
+    assert set(W.ALL) == {"eight-schools", "rosenbrock-loop", "rosenbrock-vec", "logreg", "chain",
+                          "radon"}
     for name, factory in W.ALL.items():
         w = factory()
         assert w.name == name
@@ -226,3 +227,70 @@ def test_c_eight_schools_raw_call():
     assert v == pytest.approx(-np.log1p(1 / 25) - 0.5 * np.sum((y / s) ** 2), rel=1e-14)
     assert g[0] == pytest.approx(np.sum(y / s**2), rel=1e-14)
     np.testing.assert_allclose(g[2:], y / s**2, rtol=1e-14)
+
+
+# ------------------------------------------------------------- radon and mvn
+
+
+def test_radon_data_shape_and_groups():
+    w = W.radon()
+    county, y, floor = w.data["county"], w.data["y"], w.data["floor"]
+    assert w.params == {"N": 919, "J": 85, "seed": 0}
+    assert w.x0.shape == (89,) and y.shape == county.shape == floor.shape == (919,)
+    assert set(np.unique(county)) == set(range(85))      # every county has a house
+    assert set(np.unique(floor)) == {0.0, 1.0}
+
+
+def test_radon_compiled_matches_both_references():
+    import revtape as rt
+    w = W.radon(N=120, J=11, seed=3)
+    ct = rt.compile(rt.GradientTape(w.f, w.x0))
+    ffi, lib = _vm()
+    c_vg = w.make_c_vg(ffi, lib)
+    rng = np.random.default_rng(2)
+    for x in (w.x0, w.x0 + 0.3 * rng.standard_normal(w.x0.size)):
+        v, g = ct.value_and_gradient(x)
+        vn, gn = w.numpy_vg(x)
+        vc, gc = c_vg(x.copy())
+        assert v == pytest.approx(vn, rel=1e-13) and vc == pytest.approx(vn, rel=1e-13)
+        np.testing.assert_allclose(g, gn, rtol=1e-11, atol=1e-11 * np.abs(gn).max())
+        np.testing.assert_allclose(gc, gn, rtol=1e-11, atol=1e-11 * np.abs(gn).max())
+
+
+def test_mvn_reference_and_compiled():
+    import revtape as rt
+    w = W.mvn(n=6, m=4, seed=1)
+    n = 6
+    x = w.x0
+    v, g = w.numpy_vg(x)
+    # against scipy.stats / a direct formula
+    mu, L = x[:n], np.tril(x[n:].reshape(n, n))
+    cov = L @ L.T
+    Y = w.data["Y"]
+    d = Y - mu
+    direct = np.sum(-0.5 * np.einsum("ki,ij,kj->k", d, np.linalg.inv(cov), d)
+                    - 0.5 * np.linalg.slogdet(2 * np.pi * cov)[1])
+    assert v == pytest.approx(direct, rel=1e-12)
+    # gradient: zero above the diagonal, finite differences elsewhere
+    assert np.all(g[n:].reshape(n, n)[np.triu_indices(n, 1)] == 0.0)
+    np.testing.assert_allclose(g, _fd_grad(w.f, x, np.arange(x.size)), rtol=1e-7, atol=1e-8)
+    ct = rt.compile(rt.GradientTape(w.f, x))
+    for xx in (x, x + 0.05 * np.random.default_rng(0).standard_normal(x.size)):
+        vc, gc = ct.value_and_gradient(xx)
+        vn, gn = w.numpy_vg(xx)
+        assert vc == pytest.approx(vn, rel=1e-12)
+        np.testing.assert_allclose(gc, gn, rtol=1e-10, atol=1e-12 * np.abs(gn).max())
+    big = W.mvn()
+    assert big.x0.shape == (100 + 100 * 100,) and big.data["Y"].shape == (20, 100)
+
+
+def test_radon_hessian_compiled_vs_reference_vs_fd():
+    import revtape as rt
+    w = W.radon(N=40, J=5, seed=4)
+    tape = rt.GradientTape(w.f, w.x0)
+    H = rt.compile(tape).hessian(w.x0)
+    np.testing.assert_allclose(H, tape.hessian(w.x0), rtol=1e-11, atol=1e-11 * np.abs(H).max())
+    h = 1e-5
+    fd = np.stack([(w.numpy_vg(w.x0 + h * e)[1] - w.numpy_vg(w.x0 - h * e)[1]) / (2 * h)
+                   for e in np.eye(w.x0.size)], axis=1)
+    np.testing.assert_allclose(H, fd, rtol=1e-6, atol=1e-6 * np.abs(H).max())

@@ -21,6 +21,8 @@ from .primitives import defjvp, defvjp, primitive, stop_gradient
 
 __version__ = "0.1.0"
 
+from .structure import array  # noqa: E402  (rt.array: lists mixing tracked values and floats)
+
 
 def compile(tape, guards=True, native=False):
     """Lower a finished tape into a flat C program: a CompiledTape.  native=True also
@@ -38,6 +40,9 @@ def __getattr__(name):
     if name in ("grad", "value_and_grad"):
         from . import transforms
         return getattr(transforms, name)
+    if name in ("special", "stats", "bijectors"):
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'revtape' has no attribute {name!r}")
 
 
@@ -50,3 +55,4 @@ __all__ = [
     "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning", "special",
     "primitive", "defvjp", "defjvp", "stop_gradient",
 ]
+__all__.append("array")

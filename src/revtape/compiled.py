@@ -13,14 +13,17 @@ this raises ConcurrentUseError instead of racing.
 """
 
 import copy as _copy
+import dataclasses
+import math
 import threading
+import time
 
 import numpy as np
 
 from . import compiler
 from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, InputError,
                      OutputError, RevtapeError, VerificationError)
-from .tape import branch_changed, check_input, check_out
+from .tape import Tape, branch_changed, check_input, check_out
 
 try:
     from ._vm import ffi, lib
@@ -56,7 +59,8 @@ def _new_double(_new=ffi.new, _t=ffi.typeof("double *")):
 class CompiledTape:
     """A tape lowered to the C VM.  Same replay methods as Tape, run in C."""
 
-    def __init__(self, tape, guards=True, n_grad=None, _program=None, native=False):
+    def __init__(self, tape, guards=True, n_grad=None, _program=None, _pickled=False,
+                 native=False):
         if native not in (False, True, "auto"):
             raise InputError(f"native must be False, True or 'auto', not {native!r}")
         if _program is None:
@@ -68,7 +72,7 @@ class CompiledTape:
         self._parts = getattr(tape, "_parts", None)   # a HessianTape of a tuple input
         self._hess = None
         self._program = _program or compiler.compile_tape(tape, guards, n_grad)
-        self._load()
+        self._load(_pickled)
         # native="auto" is, for now, the VM (README: Native tier).
         self._native = native is True
         if self._native:
@@ -76,25 +80,35 @@ class CompiledTape:
             _native.attach(self)
 
     # ------------------------------------------------ building
-    def _load(self):
+    def _load(self, pickled=False):
         prog = self._program
         if prog.format_version != compiler.FORMAT_VERSION or prog.op_table_hash != ops.OP_TABLE_HASH:
             raise BuildMismatchError(
                 f"this program was built for format {prog.format_version} / op table "
                 f"{prog.op_table_hash}, but this revtape has format {compiler.FORMAT_VERSION} / "
                 f"{ops.OP_TABLE_HASH}; recompile it from its tape")
-        self._code = np.array(prog.code, dtype=np.int32, order="C")
-        self._code.setflags(write=False)
-        self._ints = np.array(prog.ints, dtype=np.int32, order="C")
+        _check_program(prog, self._tape, self._n_grad_inputs, self._kind, self._guards, pickled)
+        # The verifier's word is only as good as the memory it read: the words
+        # and the int table live in private bytes objects from here on, so
+        # nothing (not even setflags(write=True) on ctape._code) can change
+        # what C runs after it was checked.
+        self._code = _frozen(prog.code, np.int32).reshape(-1, compiler.WORDS)
+        self._ints = _frozen(prog.ints, np.int32)
+        # A private copy with immutable fields: every buffer handed to C is
+        # sized from it, so changing ctape.program afterwards (it returns a
+        # copy) cannot make Python pass C a buffer shorter than it writes.
+        self._program = prog = dataclasses.replace(
+            prog, code=self._code, ints=self._ints, inputs=tuple(prog.inputs),
+            guards=tuple(prog.guards), out_shape=tuple(prog.out_shape))
         self._vals = np.zeros(max(prog.n_vals, 1))
         self._vals[prog.n_in:prog.n_fixed] = prog.consts
         self._adj = np.zeros(max(prog.n_vals, 1))
         p = ffi.new("rt_program *")
-        self._keep = [ffi.from_buffer("int32_t[]", self._code),
-                      ffi.from_buffer("int32_t[]", self._ints),
-                      ffi.from_buffer("double[]", self._vals),
-                      ffi.from_buffer("double[]", self._adj)]
-        p.code, p.ints, p.vals, p.adj = self._keep
+        keep = [ffi.from_buffer("int32_t[]", self._code),
+                ffi.from_buffer("int32_t[]", self._ints),
+                ffi.from_buffer("double[]", self._vals),
+                ffi.from_buffer("double[]", self._adj)]
+        p.code, p.ints, p.vals, p.adj = keep
         p.n_instr = self._code.shape[0]
         p.n_ints = self._ints.size
         p.n_vals = prog.n_vals
@@ -122,7 +136,11 @@ class CompiledTape:
             p.callback_ctx = self._ws_handle
         self._p = p
         self._vgf, self._fwf = lib.rt_value_and_grad, lib.rt_forward   # the native tier swaps these
-        self._lock = threading.Lock()
+        # What the tape reads its last compiled replay from (tape._replayed_by):
+        # the program and its buffers, not this object, which holds the tape --
+        # so no reference cycle keeps a dropped tape or CompiledTape alive.
+        self._arena = _Arena(p, prog, keep)
+        self._keep = keep
         self._batch_lock = threading.Lock()
         self._last_x = self._last_out = (None,)
         self._in_shapes = [shape for _, shape, _ in prog.inputs]
@@ -134,6 +152,10 @@ class CompiledTape:
         self._fast_shape = (self._x_shape if self._single and not self._in_float[0]
                             and self._kind != "hessian" and prog.out_shape == ()
                             and prog.n_grad == prog.n_in else None)
+        # the strides of a C-contiguous array of that shape: what the pointer
+        # caches compare against (strides can be changed in place)
+        self._c_strides = (np.empty(self._fast_shape or 0, dtype=np.float64).strides
+                           if self._fast_shape is not None else None)
 
     # ------------------------------------------------ inspection
     @property
@@ -149,7 +171,8 @@ class CompiledTape:
 
     @property
     def program(self):
-        return self._program
+        """The program as plain data (a copy: changing it changes nothing here)."""
+        return _copy.copy(self._program)
 
     def __len__(self):
         return self._code.shape[0]
@@ -206,10 +229,14 @@ class CompiledTape:
 
     # ------------------------------------------------ input plumbing
     def _x_ptr(self, x):
-        """A C pointer to x (or NULL after writing a tuple's parts into the arena)."""
+        """A C pointer to x's values, laid end to end (a copy unless x is already a
+        C-contiguous, aligned float64 array of the recorded shape)."""
         if self._single:
             if (type(x) is not np.ndarray or x.dtype != _F64 or x.shape != self._x_shape
-                    or not x.flags.c_contiguous):
+                    or not x.flags.c_contiguous or not x.flags.aligned):
+                # np.frombuffer(..., offset=1) gives a misaligned float64 array: C
+                # must never see a misaligned double*, so it is copied like any
+                # other conversion
                 x = check_input(x, self._x_shape)
                 if self._in_float[0]:
                     x = np.array([x])
@@ -222,18 +249,21 @@ class CompiledTape:
         parts = [check_input(xi, s, isf) for xi, s, isf in zip(x, self._in_shapes, self._in_float)]
         # one new buffer, copied in by C under the busy flag: the arena is never
         # written from Python, so a concurrent caller cannot corrupt a replay
-        return ffi.from_buffer("double[]", np.concatenate([np.ravel(v) for v in parts]))
+        return ffi.from_buffer("double[]", np.concatenate([np.ravel(v) for v in parts]
+                                                          + [np.empty(0)]))
 
     def _mark_replayed(self):
         if self._tape is not None:
-            self._tape._replayed_by = self
+            self._tape._replayed_by = self._arena
 
-    def _status(self, status):
+    def _status(self, status, xp=None, report=None):
+        """Raise the error for a VM status.  Everything reported is read while a
+        call owns the program: the arena itself may already hold another
+        thread's replay."""
         if status == RT_OK:
             return
         if status == RT_GUARD_FAILED:
-            params, oa, ob = self._program.guards[self._p.failed_guard]
-            raise branch_changed(params, float(self._vals[oa]), float(self._vals[ob]))
+            raise self._branch_changed(xp, report)
         if status == RT_BUSY:
             raise ConcurrentUseError(
                 "this CompiledTape is being replayed by another thread; give each thread its "
@@ -245,22 +275,34 @@ class CompiledTape:
             raise OutputError("a gradient needs a scalar output; use jacobian()")
         raise RevtapeError(f"the VM refused the call (status {status})")
 
-    def _output_value(self):
-        prog = self._program
-        if prog.out_shape == ():
-            return float(self._vals[prog.out_off])
-        return self._vals[prog.out_off:prog.out_off + prog.out_len].reshape(prog.out_shape).copy()
+    def _branch_changed(self, xp, report):
+        """The BranchChanged of a refused replay at xp.  Its guard number and
+        operands come from rt_forward_report, which writes them into this
+        call's own rt_report while it owns the program; a call that used
+        another entry point replays the forward sweep at the same x once more
+        to get them (it fails at the same guard)."""
+        if report is None:
+            report = ffi.new("rt_report *")
+            st = _retry_busy(lambda: lib.rt_forward_report(self._p, xp, ffi.NULL, -1, report))
+            if st != RT_GUARD_FAILED:
+                return BranchChanged(
+                    "the replay took another branch than the recording (a guard failed), "
+                    "and the input changed before the guard could be reported; record a new "
+                    "tape at this input or use rt.grad(f), which re-records")
+        params = self._program.guards[report.guard][0]
+        return branch_changed(params, float(report.operands[0]), float(report.operands[1]))
 
     def _grad_out(self, out):
-        """A writable float64 buffer for the gradient: out itself (checked) or a new array."""
+        """A C-contiguous, aligned float64 buffer for the gradient (out itself
+        when it is one, else a new array copied into out afterwards) and the
+        user's out."""
         if out is None:
             return np.empty(self._g_len), None
         if self._single and type(out) is np.ndarray:
-            if (out.dtype != _F64 or out.shape != self._grad_shapes[0] or not out.flags.writeable
-                    or not out.flags.c_contiguous):
-                check_out(out, [np.empty(self._grad_shapes[0])])
-                raise InputError("out= must be C-contiguous")
-            return out, out
+            check_out(out, [np.empty(self._grad_shapes[0])])
+            if out.flags.c_contiguous and out.flags.aligned:
+                return out, out
+            return np.empty(self._g_len), out
         check_out(out, [np.empty(s) for s in self._grad_shapes])
         return np.empty(self._g_len), out
 
@@ -288,7 +330,8 @@ class CompiledTape:
             return self._hessian_value_and_gradient(x, None)[0]
         prog = self._program
         y = np.empty(prog.out_len)
-        self._status(self._fwf(self._p, self._x_ptr(x), ffi.from_buffer("double[]", y)))
+        xp = self._x_ptr(x)
+        self._status(self._fwf(self._p, xp, ffi.from_buffer("double[]", y)), xp)
         self._mark_replayed()
         return float(y[0]) if prog.out_shape == () else y.reshape(prog.out_shape)
 
@@ -302,37 +345,50 @@ class CompiledTape:
         # arrays (the pointer caches below).
         shape = self._fast_shape
         if shape is not None and type(x) is _ND and x.dtype is _F64 and x.shape == shape:
+            # a cached pointer is reused only while its array keeps C strides;
+            # a new pointer comes from from_buffer, which refuses anything
+            # non-contiguous (then the checked path below copies)
+            cs = self._c_strides
             if out is None:
                 dest = self._new_out(_empty(shape))
             elif (type(out) is _ND and out.dtype is _F64 and out.shape == shape
                     and out.flags.writeable):
                 dest = self._last_out
-                if dest[0] is not out:
+                if dest[0] is not out or out.strides != cs:
                     dest = self._new_out(out)
                     if dest is not None:
                         self._last_out = dest
             else:
                 return self._value_and_gradient(x, out)
             last_x = self._last_x
-            xp = last_x[1] if last_x[0] is x else self._pointer_to_x(x)
+            xp = last_x[1] if last_x[0] is x and x.strides == cs else self._pointer_to_x(x)
             if xp is not None and dest is not None:
                 st = self._vgf(self._p, xp, dest[2], dest[1])
                 if st:
-                    self._status(st)
-                self._tape._replayed_by = self
+                    self._status(st, xp)
+                tape = self._tape
+                if tape is not None:
+                    tape._replayed_by = self._arena
                 return dest[2][0], dest[0]
         return self._value_and_gradient(x, out)
 
     # The pointer caches.  A from_buffer cdata holds a buffer export of (and a
     # reference to) its array, so the memory it points to lives as long as the
     # cache entry, and numpy's resize() refuses an array anything else
-    # references (resize(refcheck=False) leaves every view of the array
-    # dangling too).  Shape, dtype and writeability can change in place, so
-    # they are checked on every call above.  Each cache is one tuple, replaced whole:
-    # a thread never pairs one array with another array's pointer.  The value
-    # cell belongs to out: two threads passing the same out already share
-    # their results through it, and threads with their own out never do.
+    # references.  What can change in place is checked on every call above:
+    # dtype, shape, strides (assigning x.strides or x.shape keeps the data
+    # pointer but changes which elements the array means) and writeability.
+    # Alignment cannot change in place and is checked when a pointer is made.
+    # The data pointer itself changes in place only through
+    # resize(refcheck=False) and ndarray.__setstate__, which leave every view
+    # and buffer export of the array dangling (numpy's own views crash too);
+    # revtape's cache is such an export.  Each cache is one tuple, replaced
+    # whole: a thread never pairs one array with another array's pointer.  The
+    # value cell belongs to out: two threads passing the same out already
+    # share their results through it, and threads with their own out never do.
     def _pointer_to_x(self, x):
+        if not x.flags.aligned:
+            return None                          # the checked path copies it
         try:
             xp = _from_buffer(_DOUBLES, x)       # refuses a non-contiguous array
         except (ValueError, TypeError, BufferError):
@@ -342,7 +398,9 @@ class CompiledTape:
 
     @staticmethod
     def _new_out(out):
-        """(out, its C pointer, a value cell), or None for a non-contiguous out."""
+        """(out, its C pointer, a value cell), or None for an out C cannot write directly."""
+        if not out.flags.aligned:
+            return None
         try:
             return out, _from_buffer(_DOUBLES, out, require_writable=True), _new_double()
         except (ValueError, TypeError, BufferError):
@@ -354,10 +412,11 @@ class CompiledTape:
             return self._hessian_value_and_gradient(x, out)
         g, user = self._grad_out(out)
         value = ffi.new("double *")      # per call: another thread's result never lands here
-        st = self._vgf(self._p, self._x_ptr(x), value, ffi.from_buffer("double[]", g))
+        xp = self._x_ptr(x)
+        st = self._vgf(self._p, xp, value, ffi.from_buffer("double[]", g))
         if st:
-            self._status(st)
-        self._tape._replayed_by = self
+            self._status(st, xp)
+        self._mark_replayed()
         return value[0], self._split_grad(g, user)
 
     def gradient(self, x, out=None):
@@ -532,9 +591,10 @@ class CompiledTape:
             self._batch_lock.release()
         for j, st in enumerate(statuses):
             if st != RT_OK:
-                self._batch_error(st, arenas[j], bounds[j] + rows[j][0])
+                row = bounds[j] + rows[j][0]
+                self._batch_error(st, arenas[j], row, xp + row * n_in)
         if k and self._tape is not None and not wide:
-            self._tape._replayed_by = self
+            self._tape._replayed_by = self._arena
 
     def _batch_arena(self, j):
         """The j-th extra pair of arenas for batched replay (built on first use)."""
@@ -547,26 +607,27 @@ class CompiledTape:
             self._wide_arenas.append(_WideArena(self, self._wide, _WIDE_B))
         return self._wide_arenas[j]
 
-    def _batch_error(self, st, arena, row):
-        if arena is None:
-            vals, p, ws = self._vals, self._p, self._ws
-        else:       # a wide arena has no callbacks and no guards (see _wide.py)
-            vals, p, ws = arena.vals, arena.p, getattr(arena, "ws", None)
+    def _batch_error(self, st, arena, row, x_row):
+        ws = self._ws if arena is None else getattr(arena, "ws", None)
         if st == RT_GUARD_FAILED:
-            params, oa, ob = self._program.guards[p.failed_guard]
-            e = branch_changed(params, float(vals[oa]), float(vals[ob]))
+            # the arena may already hold another replay (this tape's own arena
+            # is free for other threads once the batch returned): the guard is
+            # reported by replaying the failing row again (see _branch_changed)
+            e = self._branch_changed(x_row, None)
             err = BranchChanged(f"batch row {row}: {e}", guard=e.guard, where=e.where,
                                 operands=e.operands)
             err.row = row
             raise err
         if st == RT_CALLBACK_FAILED and ws is not None:
-            raise ws.take_error() or RevtapeError("a Python callback failed")
+            raise (ws.take_error(any_thread=arena is not None)
+                   or RevtapeError("a Python callback failed"))
         self._status(st)
 
     def bind(self, x_buf, g_buf):
         """A no-argument callable for sampler loops: replays at whatever x_buf holds,
         writes the gradient into g_buf and returns the value.  Both buffers are
-        checked once, here."""
+        checked once, here: run() does not look at them again, so they must
+        stay as they were bound (shape, strides, writeability)."""
         if self._kind == "hessian" or self._program.out_shape != ():
             raise OutputError("bind() needs a gradient tape (scalar output)")
         if not self._single or self._in_float[0]:
@@ -576,11 +637,16 @@ class CompiledTape:
                     or not buf.flags.c_contiguous):
                 raise InputError(f"{name} must be a C-contiguous float64 array of shape "
                                  f"{self._x_shape}")
+            if not buf.flags.aligned:
+                raise InputError(f"{name} is not aligned for float64 (e.g. np.frombuffer at an "
+                                 "offset that is not a multiple of 8): bind a copy, "
+                                 "np.array(buf)")
         if not g_buf.flags.writeable:
             raise InputError("g_buf must be writeable")
         if np.shares_memory(x_buf, g_buf):
             raise InputError("x_buf and g_buf must not overlap")
-        p, vg, status, tape = self._p, self._vgf, self._status, self._tape
+        p, vg, status, tape, arena = self._p, self._vgf, self._status, self._tape, \
+            self._arena
         xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
         value = ffi.new("double *")
         # Arguments bound once; a partial of the native tier's partial is
@@ -590,8 +656,9 @@ class CompiledTape:
         def run():
             st = vg()
             if st:
-                status(st)
-            tape._replayed_by = self
+                status(st, xp)
+            if tape is not None:
+                tape._replayed_by = arena
             return value[0]
 
         run.ctape = self          # keeps the program (and the buffers, via xp/gp) alive
@@ -611,7 +678,8 @@ class CompiledTape:
         prog = self._program
         m, n = prog.out_len, prog.n_grad
         J = np.empty((m, n))
-        self._status(sweeps(self._p, self._x_ptr(x), ffi.NULL, ffi.from_buffer("double[]", J)))
+        xp = self._x_ptr(x)
+        self._status(sweeps(self._p, xp, ffi.NULL, ffi.from_buffer("double[]", J)), xp)
         self._mark_replayed()
         parts, k = [], 0
         for shape in self._grad_shapes:
@@ -631,8 +699,9 @@ class CompiledTape:
         prog = self._program
         wv = np.ascontiguousarray(check_input(w, prog.out_shape), dtype=np.float64).reshape(-1)
         g = np.empty(self._g_len)
-        self._status(lib.rt_vjp(self._p, self._x_ptr(x), ffi.from_buffer("double[]", wv),
-                                ffi.NULL, ffi.from_buffer("double[]", g)))
+        xp = self._x_ptr(x)
+        self._status(lib.rt_vjp(self._p, xp, ffi.from_buffer("double[]", wv),
+                                ffi.NULL, ffi.from_buffer("double[]", g)), xp)
         self._mark_replayed()
         return self._split_grad(g, None)
 
@@ -648,8 +717,9 @@ class CompiledTape:
     def _jvp_flat(self, x, v):
         vflat = self._tangent_vector(v)
         ydot = np.empty(self._program.out_len)
-        self._status(lib.rt_jvp(self._p, self._x_ptr(x), ffi.from_buffer("double[]", vflat),
-                                ffi.NULL, ffi.from_buffer("double[]", ydot)))
+        xp = self._x_ptr(x)
+        self._status(lib.rt_jvp(self._p, xp, ffi.from_buffer("double[]", vflat),
+                                ffi.NULL, ffi.from_buffer("double[]", ydot)), xp)
         self._mark_replayed()
         return ydot
 
@@ -659,7 +729,7 @@ class CompiledTape:
         if len(self._grad_shapes) == 1 and self._single:
             vflat = v
             if not (type(v) is _ND and v.dtype is _F64 and v.shape == self._grad_shapes[0]
-                    and v.flags.c_contiguous):
+                    and v.flags.c_contiguous and v.flags.aligned):
                 vflat = np.ravel(check_input(v, self._grad_shapes[0], self._in_float[0]))
         else:
             if not isinstance(v, (tuple, list)) or len(v) != len(self._grad_shapes):
@@ -671,8 +741,6 @@ class CompiledTape:
 
     # ------------------------------------------------ HessianTape programs
     def _hessian_value_and_gradient(self, x, out):
-        # f's value sits beside the output in the arena: read it under a lock so
-        # that a concurrent caller gets ConcurrentUseError, not another's value.
         parts = self._parts
         if parts is not None:
             value, g = self._flat_value_and_gradient(parts.flatten(x))
@@ -686,16 +754,20 @@ class CompiledTape:
         return value, g
 
     def _flat_value_and_gradient(self, x):
-        if not self._lock.acquire(blocking=False):
-            self._status(RT_BUSY)
-        try:
-            self._status(lib.rt_forward(self._p, self._x_ptr(x), ffi.NULL))
-            self._mark_replayed()
-            g = self._output_value()
-            value = float(self._vals[self._program.value_off])
-        finally:
-            self._lock.release()
-        return value, g
+        # f's value sits beside the output (the gradient) in the arena: the VM
+        # copies both out while this call owns the program, so a concurrent
+        # caller gets ConcurrentUseError, never another thread's numbers.
+        prog = self._program
+        y = np.empty(prog.out_len)
+        report = ffi.new("rt_report *")
+        xp = self._x_ptr(x)
+        st = lib.rt_forward_report(self._p, xp, ffi.from_buffer("double[]", y), prog.value_off,
+                                   report)
+        if st:
+            self._status(st, xp, report)
+        self._mark_replayed()
+        g = float(y[0]) if prog.out_shape == () else y.reshape(prog.out_shape)
+        return float(report.picked), g
 
     # Forward-over-reverse: the program of a HessianTape computes f's gradient
     # (the reverse pass, recorded), and tangent sweeps over it differentiate
@@ -734,8 +806,9 @@ class CompiledTape:
         """v^T J at x with v shaped like the differentiated input (J square)."""
         wv = self._tangent_vector(w)
         g = np.empty(self._g_len)
-        self._status(lib.rt_vjp(self._p, self._x_ptr(x), ffi.from_buffer("double[]", wv),
-                                ffi.NULL, ffi.from_buffer("double[]", g)))
+        xp = self._x_ptr(x)
+        self._status(lib.rt_vjp(self._p, xp, ffi.from_buffer("double[]", wv),
+                                ffi.NULL, ffi.from_buffer("double[]", g)), xp)
         self._mark_replayed()
         return g
 
@@ -766,8 +839,9 @@ class CompiledTape:
         return new
 
     def __reduce__(self):
+        # A native tape adds one argument (VM pickles keep their 4-tuple).
         return (_rebuild, (self._program.to_state(), self._tape, self._guards,
-                           self._n_grad_inputs, self._native))
+                           self._n_grad_inputs) + ((True,) if self._native else ()))
 
 
 def _check_compilable(tape):
@@ -832,8 +906,9 @@ class _WideArena:
         prog = ct._program
         form, n_slots = form
         if not ct._wide_arenas:
-            code = np.array(_wide.widen(form, B), dtype=np.int32).reshape(-1, compiler.WORDS)
-            code.setflags(write=False)
+            # private read-only memory, like the program's own words
+            code = _frozen(np.array(_wide.widen(form, B), dtype=np.int32),
+                           np.int32).reshape(-1, compiler.WORDS)
         else:
             code = ct._wide_arenas[0].code             # the words are shared, read-only
         self.code = code
@@ -873,8 +948,218 @@ def _executor(n):
 
 
 def _rebuild(state, tape, guards, n_grad, native=False):
-    prog = compiler.Program.from_state(state)
-    return CompiledTape(tape, guards=guards, n_grad=n_grad, _program=prog, native=native)
+    # Everything here may come from an untrusted pickle: check types before use.
+    if not isinstance(state, dict) or not all(type(k) is str for k in state):
+        _refuse("the program state is not a dict of named fields")
+    try:
+        prog = compiler.Program.from_state(state)
+    except TypeError as e:
+        _refuse(f"the program state has unknown or missing fields ({e})")
+    if tape is not None and not isinstance(tape, Tape):
+        _refuse(f"the tape is a {type(tape).__name__}, not a revtape Tape")
+    if not isinstance(guards, bool):
+        _refuse("guards is not a bool")
+    if not isinstance(native, bool):
+        _refuse("native is not a bool")
+    return CompiledTape(tape, guards=guards, n_grad=n_grad, _program=prog, _pickled=True,
+                        native=native)
+
+
+# ---------------------------------------------------------------- loading checks
+
+_MAX_OFFSET = 2 ** 31 - 1          # offsets are int32 words
+# Arena values any pickle may ask for without carrying data that justifies
+# them (2 x 8 MiB); beyond that, a pickle must carry its tape, whose recorded
+# values are at least as large as every intermediate the program computes
+# (broadcast temporaries included: at most 3 per instruction, each no larger
+# than the instruction's output).
+_FREE_ARENA = 1 << 20
+_GUARD_CODES = {code: name[len("GUARD_"):].lower() for code, name in enumerate(ops.VM_OPCODES)
+                if name.startswith("GUARD_")}
+
+
+def _refuse(msg):
+    raise VerificationError(f"refusing this compiled program: {msg} (a corrupt or crafted "
+                            "pickle? recompile it from its tape)")
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _shape(v, what):
+    if not isinstance(v, tuple) or not all(_is_int(d) and d >= 0 for d in v):
+        _refuse(f"{what} is not a tuple of non-negative ints")
+    return tuple(int(d) for d in v)
+
+
+def _check_program(prog, tape, n_grad_inputs, kind, guards_on, pickled):
+    """Check every number the C side or the Python plumbing trusts against the
+    others, before the verifier runs: the verifier checks the program against
+    its header (n_in, n_vals, ...), and this checks the header against the
+    buffers Python will hand to C (inputs, out=, tangents) and against the
+    tape.  Normalises prog's fields to plain Python values."""
+    for name in ("n_in", "n_grad", "n_fixed", "n_vals", "out_off", "value_off"):
+        v = getattr(prog, name)
+        if not _is_int(v):
+            _refuse(f"{name} is a {type(v).__name__}, not an int")
+        setattr(prog, name, int(v))
+    if not 0 <= prog.n_grad <= prog.n_in <= prog.n_fixed <= prog.n_vals <= _MAX_OFFSET:
+        _refuse(f"need 0 <= n_grad ({prog.n_grad}) <= n_in ({prog.n_in}) <= n_fixed "
+                f"({prog.n_fixed}) <= n_vals ({prog.n_vals}) <= 2**31 - 1")
+    for name, dtype, ndim in (("code", np.int32, 2), ("ints", np.int32, 1),
+                              ("consts", np.float64, 1)):
+        a = getattr(prog, name)
+        if type(a) is not np.ndarray or a.dtype != dtype or a.ndim != ndim:
+            _refuse(f"{name} is not a {ndim}-d {np.dtype(dtype)} array")
+    if prog.code.shape[1] != compiler.WORDS:
+        _refuse(f"code has {prog.code.shape[1]} words per instruction, not {compiler.WORDS}")
+    if prog.consts.shape[0] != prog.n_fixed - prog.n_in:
+        _refuse(f"{prog.consts.shape[0]} constants for a constant pool of "
+                f"{prog.n_fixed - prog.n_in}")
+    prog.out_shape = _shape(prog.out_shape, "the output shape")
+    if math.prod(prog.out_shape) > prog.n_vals:
+        _refuse("the output is larger than the arena")
+
+    # inputs: laid end to end from offset 0, n_in values in all
+    inputs = prog.inputs
+    if not isinstance(inputs, (list, tuple)):
+        _refuse("inputs is not a list")
+    checked, off = [], 0
+    for entry in inputs:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            _refuse("an input is not (offset, shape, is_float)")
+        o, shape, isf = entry
+        shape = _shape(shape, "an input shape")
+        if not _is_int(o) or o != off or not isinstance(isf, bool) or (isf and shape != ()):
+            _refuse("the input layout is not consecutive (offset, shape, is_float) entries")
+        checked.append((off, shape, isf))
+        off += math.prod(shape)
+        if off > prog.n_in:
+            break
+    if off != prog.n_in:
+        _refuse(f"the inputs hold {off} values but n_in is {prog.n_in}")
+    prog.inputs = checked
+    if n_grad_inputs is not None and not (_is_int(n_grad_inputs)
+                                          and 0 <= n_grad_inputs <= len(checked)):
+        _refuse("the number of differentiated inputs is out of range")
+    n_diff = len(checked) if n_grad_inputs is None else int(n_grad_inputs)
+    if sum(math.prod(s) for _, s, _ in checked[:n_diff]) != prog.n_grad:
+        _refuse(f"the differentiated inputs hold a different number of values than n_grad "
+                f"({prog.n_grad})")
+
+    # guards: every guard instruction names an entry of prog.guards that agrees with it
+    guards = prog.guards
+    if not isinstance(guards, (list, tuple)):
+        _refuse("guards is not a list")
+    for entry in guards:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3 or not isinstance(entry[0], dict):
+            _refuse("a guard is not (params, offset, offset)")
+        params = entry[0]
+        where = params.get("where")
+        if (params.get("pred") not in ops.GUARD_PREDICATES
+                or not isinstance(params.get("expected"), bool)
+                or not _is_int(params.get("index"))
+                or not isinstance(where, tuple) or len(where) != 2
+                or not isinstance(where[0], str) or not _is_int(where[1])):
+            _refuse("a guard's parameters are malformed")
+    opcodes = prog.code[:, 0] & 0xFFFF
+    for k in np.flatnonzero(np.isin(opcodes, list(_GUARD_CODES))).tolist():
+        number, expected = int(prog.code[k, 2]), int(prog.code[k, 1])
+        if not 0 <= number < len(guards):
+            _refuse(f"instruction {k} names guard {number} of {len(guards)}")
+        params = guards[number][0]
+        if params["pred"] != _GUARD_CODES[int(opcodes[k])] or int(params["expected"]) != expected:
+            _refuse(f"instruction {k} disagrees with the guard it names")
+    if kind == "hessian" and not 0 <= prog.value_off < prog.n_vals:
+        _refuse("a HessianTape program without the offset of f's value")
+    if not -1 <= prog.value_off < max(prog.n_vals, 1):
+        _refuse("the offset of f's value is outside the arena")
+
+    recorded = 0
+    if tape is not None:
+        _check_tape(prog, tape, kind)
+        if pickled and prog.n_vals > _FREE_ARENA + prog.consts.size:
+            try:
+                recorded = sum(np.size(v) for v in tape._vals)
+            except Exception:                                   # noqa: BLE001
+                _refuse("the tape's recorded values are not numbers")
+    if pickled and prog.n_vals > _FREE_ARENA + prog.consts.size + 4 * recorded:
+        _refuse(f"it asks for arenas of {prog.n_vals} values ({16 * prog.n_vals / 2**20:.0f} "
+                f"MiB) but carries data for {prog.consts.size + recorded} values")
+
+
+def _check_tape(prog, tape, kind):
+    """The tape travelling with a program must be the one it was compiled from
+    (same inputs and output): replays report their values into it."""
+    from .tape import shape_of
+    try:
+        ins = [tape._vals[t._id] for t in tape._inputs]
+        out = tape._vals[tape._output._id]
+    except Exception:                                           # noqa: BLE001
+        _refuse("its tape is malformed")
+    if tape._recording:
+        _refuse("its tape is still recording")
+    if len(ins) != len(prog.inputs) or any(
+            tuple(shape_of(v)) != s or (type(v) is float) != isf
+            for v, (_, s, isf) in zip(ins, prog.inputs)):
+        _refuse("its tape's inputs differ from the program's")
+    if tuple(shape_of(out)) != prog.out_shape:
+        _refuse("its tape's output differs from the program's")
+    parts = getattr(tape, "_parts", None)
+    if kind == "hessian" and parts is not None:
+        try:
+            total = sum(math.prod(s) for s in parts.shapes)
+        except Exception:                                       # noqa: BLE001
+            _refuse("its tape's input parts are malformed")
+        if total != prog.n_in:
+            _refuse("its tape's input parts do not add up to the program's input")
+
+
+def _frozen(a, dtype):
+    """A read-only copy of a whose memory is a bytes object: numpy cannot make
+    it writeable again (setflags(write=True) raises), unlike an array that owns
+    its memory."""
+    return np.frombuffer(np.ascontiguousarray(a, dtype=dtype).tobytes(), dtype=dtype)
+
+
+def _retry_busy(call, budget=2.0):
+    """call() until it does not return RT_BUSY (a concurrent replay holds the
+    program for one replay's time), for at most `budget` seconds."""
+    st = call()
+    deadline = None
+    while st == RT_BUSY:
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + budget
+        elif now > deadline:
+            break
+        time.sleep(0.0002)
+        st = call()
+    return st
+
+
+class _Arena:
+    """A compiled program and its arena as a tape sees them: tape._replayed_by
+    holds this (not the CompiledTape, which holds the tape), and rt.value
+    reads the last replay's inputs and output from it, lazily."""
+
+    __slots__ = ("p", "program", "keep")
+
+    def __init__(self, p, program, keep):
+        self.p, self.program, self.keep = p, program, keep
+
+    def read_replay(self):
+        """(flat inputs, flat output, program) of the last complete replay, read
+        while owning the program so that no concurrent replay is half-read."""
+        prog = self.program
+        x, y = np.empty(prog.n_in), np.empty(prog.out_len)
+        xp, yp = ffi.from_buffer("double[]", x), ffi.from_buffer("double[]", y)
+        st = _retry_busy(lambda: lib.rt_read_io(self.p, xp, yp))
+        if st == RT_BUSY:
+            raise ConcurrentUseError("another thread kept replaying this tape's compiled "
+                                     "program; read values after its replays finish")
+        return x, y, prog
 
 
 def _kind_of(tape):

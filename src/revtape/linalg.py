@@ -6,7 +6,7 @@ numpy's functions (``np.linalg.cholesky``, ``solve``, ``inv``, ``slogdet``,
 ``np.triu``) dispatch here through ``__array_function__``.  scipy.linalg's
 (``solve_triangular``, ``cholesky``, ``cho_factor``, ``cho_solve``) are
 Python functions that call ``np.asarray`` on their arguments, so revtape
-wraps them once at import (as it does ``scipy.special.logsumexp``); code
+routes them to revtape's on tracked arguments (``_scipy_dispatch``); code
 that did ``from scipy.linalg import solve_triangular`` before importing
 revtape can call ``revtape.linalg.solve_triangular`` instead.
 
@@ -17,11 +17,10 @@ exactly singular matrix all nan, ``slogdet`` (0, -inf) as numpy; so a
 sampler sees a log density of nan and rejects the point.
 """
 
-import functools
 
 import numpy as np
 
-from . import ops
+from . import _scipy_dispatch, ops
 from . import tracked as _t
 from .errors import RevtapeError, UnsupportedError
 
@@ -252,38 +251,7 @@ _SCIPY = {"solve_triangular": solve_triangular, "cholesky": scipy_cholesky,
           "inv": scipy_inv, "det": scipy_det}
 
 
-def _any_tracked(args, kwargs):
-    def walk(v):
-        if istracked(v):
-            return True
-        if isinstance(v, (tuple, list)):
-            return any(walk(e) for e in v)
-        return False
-    return walk(args) or walk(tuple(kwargs.values()))
-
-
-def _install_scipy():
-    """Route scipy.linalg's functions to revtape's when an argument is tracked."""
-    if _sla is None:
-        return
-    for name, ours in _SCIPY.items():
-        original = getattr(_sla, name)
-        if getattr(original, "_revtape", False):
-            continue
-
-        def make(original, ours):
-            @functools.wraps(original)
-            def dispatch(*args, **kwargs):
-                if _any_tracked(args, kwargs):
-                    return ours(*args, **kwargs)
-                return original(*args, **kwargs)
-            dispatch._revtape = True
-            return dispatch
-
-        setattr(_sla, name, make(original, ours))
-
-
-_install_scipy()
+_scipy_dispatch.route(_sla, _SCIPY)
 
 __all__ = ["cholesky", "solve", "inv", "slogdet", "det", "eigh", "eigvalsh", "diagonal", "trace", "diag", "tril",
            "triu", "solve_triangular", "cho_factor", "cho_solve", "LinAlgShapeError"]

@@ -252,6 +252,85 @@ _unary("erf", _scipy("erf", _specfun.erf), "erf(x)",
        "M_2_SQRTPI * exp(-x * x)")
 
 
+# Second wave (issue 13).  Inverse trigonometric/hyperbolic: the partials
+# factor 1 - x^2 as (1 - x)(1 + x), exact near |x| = 1 where x*x rounds.
+_unary("arcsin", np.arcsin, "asin(x)",
+       lambda f, x: P.reciprocal(P.sqrt(P.mul(P.sub(1.0, x), P.add(1.0, x)))),
+       "1.0 / sqrt((1.0 - x) * (1.0 + x))")
+_unary("arccos", np.arccos, "acos(x)",
+       lambda f, x: P.neg(P.reciprocal(P.sqrt(P.mul(P.sub(1.0, x), P.add(1.0, x))))),
+       "-1.0 / sqrt((1.0 - x) * (1.0 + x))")
+_unary("arcsinh", np.arcsinh, "asinh(x)",
+       lambda f, x: P.reciprocal(P.sqrt(P.add(1.0, P.square(x)))), "1.0 / sqrt(1.0 + x * x)")
+_unary("arccosh", np.arccosh, "acosh(x)",
+       lambda f, x: P.reciprocal(P.sqrt(P.mul(P.sub(x, 1.0), P.add(x, 1.0)))),
+       "1.0 / sqrt((x - 1.0) * (x + 1.0))")
+_unary("arctanh", np.arctanh, "atanh(x)",
+       lambda f, x: P.reciprocal(P.mul(P.sub(1.0, x), P.add(1.0, x))),
+       "1.0 / ((1.0 - x) * (1.0 + x))")
+
+
+def _sinc_partial(f, x):
+    # (cos(pi x) - sinc x) / x, and its Taylor series where |pi x| < 1/4 (no
+    # cancellation there); the same two branches as rt_sinc_deriv in C.
+    t = P.mul(math.pi, x)
+    t2 = P.square(t)
+    poly = P.add(-1.0 / 3, P.mul(t2, P.add(1.0 / 30, P.mul(t2, P.add(-1.0 / 840, P.mul(
+        t2, P.add(1.0 / 45360, P.mul(t2, P.add(-1.0 / 3991680, P.mul(t2, 1.0 / 518918400))))))))))
+    near = P.lt(P.abs(t), 0.25)
+    series = P.mul(math.pi, P.mul(t, poly))
+    far = P.div(P.sub(P.cos(t), f), P.where(near, 1.0, x))
+    return P.where(near, series, far)
+
+
+_unary("sinc", np.sinc, "rt_sinc(x)", _sinc_partial, "rt_sinc_deriv(x, f)")
+
+
+def _scipy_special(name):
+    """scipy.special.<name> when scipy imports, else the row's own C function
+    run on plain arrays by the extension (rt_elementwise): the reference
+    replay then computes exactly what the VM does."""
+    return _scipy(name, lambda *a: _c_elementwise(name, *a))
+
+
+def _c_elementwise(name, *args):
+    from . import _cspecial
+    return _cspecial.evaluate(name, *args)
+
+
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+_unary("erfc", _scipy_special("erfc"), "erfc(x)",
+       lambda f, x: P.mul(-2.0 / math.sqrt(math.pi), P.exp(P.neg(P.square(x)))),
+       "-M_2_SQRTPI * exp(-x * x)")
+# erfcx' = 2x erfcx - 2/sqrt(pi); the C partial avoids that difference's
+# cancellation for x >= 2 (a continued fraction), the traced rule keeps the
+# formula (its error, ~x^2 ulps, only reaches third derivatives).
+_unary("erfcx", _scipy_special("erfcx"), "rt_erfcx(x)",
+       lambda f, x: P.sub(P.mul(P.mul(2.0, x), f), 2.0 / math.sqrt(math.pi)),
+       "rt_erfcx_deriv(x, f)")
+_unary("ndtr", _scipy_special("ndtr"), "rt_ndtr(x)",
+       lambda f, x: P.mul(1.0 / _SQRT_2PI, P.exp(P.mul(-0.5, P.square(x)))),
+       "0.39894228040143267794 * exp(-0.5 * x * x)")
+# d/dx log ndtr = phi/Phi = sqrt(2/pi) / erfcx(-x/sqrt 2): finite in both tails.
+_unary("log_ndtr", _scipy_special("log_ndtr"), "rt_log_ndtr(x)",
+       lambda f, x: P.div(_SQRT_2_PI, P.erfcx(P.mul(-math.sqrt(0.5), x))),
+       "rt_log_ndtr_deriv(x)")
+_unary("ndtri", _scipy_special("ndtri"), "rt_ndtri(x)",
+       lambda f, x: P.mul(_SQRT_2PI, P.exp(P.mul(0.5, P.square(f)))),
+       "2.50662827463100050242 * exp(0.5 * f * f)")
+_unary("logit", _scipy_special("logit"), "rt_logit(x)",
+       lambda f, x: P.reciprocal(P.mul(x, P.sub(1.0, x))), "1.0 / (x * (1.0 - x))")
+# i0e' = i1e - sign(x) i0e;  i1e' = i0e - i1e/x - sign(x) i1e, which is 1/2 at 0.
+_unary("i0e", _scipy_special("i0e"), "rt_i0e(x)",
+       lambda f, x: P.sub(P.i1e(x), P.mul(P.sign(x), f)),
+       "rt_i1e(x) - (double)((x > 0) - (x < 0)) * f")
+_unary("i1e", _scipy_special("i1e"), "rt_i1e(x)",
+       lambda f, x: P.where(P.eq(x, 0.0), 0.5, P.sub(P.sub(P.i0e(x), P.div(
+           f, P.where(P.eq(x, 0.0), 1.0, x))), P.mul(P.sign(x), f))),
+       "x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f")
+
+
 def _polygamma2(x):
     if getattr(x, "_is_tracked", False):
         raise UnsupportedError("fourth derivatives of gammaln (derivatives of trigamma "
@@ -298,6 +377,34 @@ _binary("arctan2", np.arctan2, "atan2(x, y)",
         (lambda f, x, y: P.div(y, P.add(P.square(x), P.square(y))),
          lambda f, x, y: P.neg(P.div(x, P.add(P.square(x), P.square(y))))),
         ("y / (x * x + y * y)", "-x / (x * x + y * y)"))
+_binary("xlog1py", _scipy_special("xlog1py"), "rt_xlog1py(x, y)",
+        (lambda f, x, y: P.log1p(y), lambda f, x, y: P.div(x, P.add(1.0, y))),
+        ("log1p(y)", "x / (1.0 + y)"))
+# betaln: one row (not gammaln(a) + gammaln(b) - gammaln(a + b)), because for
+# a >> b those terms cancel to nothing (scipy itself loses 8 digits at
+# a = 1e4, b = 0.2); rt_betaln subtracts the Stirling forms analytically.
+_binary("betaln", _scipy_special("betaln"), "rt_betaln(x, y)",
+        (lambda f, x, y: P.sub(P.digamma(x), P.digamma(P.add(x, y))),
+         lambda f, x, y: P.sub(P.digamma(y), P.digamma(P.add(x, y)))),
+        ("rt_digamma(x) - rt_digamma(x + y)", "rt_digamma(y) - rt_digamma(x + y)"))
+
+
+def _no_shape_derivative(f, a, x):
+    raise UnsupportedError("the derivative of gammainc/gammaincc with respect to the shape a "
+                           "is not implemented; pass a as a constant (only x may be tracked)")
+
+
+# Regularised incomplete gamma P(a, x) and Q(a, x): differentiable in x only
+# (the callers refuse a tracked a when recording, so a's C partial is never
+# needed and is written as 0).
+_binary("gammainc", _scipy_special("gammainc"), "rt_gammainc(x, y)",
+        (_no_shape_derivative, lambda f, a, x: P.exp(P.sub(P.sub(
+            P.xlogy(P.sub(a, 1.0), x), x), P.gammaln(a)))),
+        ("0.0", "rt_gammainc_dx(x, y)"))
+_binary("gammaincc", _scipy_special("gammaincc"), "rt_gammaincc(x, y)",
+        (_no_shape_derivative, lambda f, a, x: P.neg(P.exp(P.sub(P.sub(
+            P.xlogy(P.sub(a, 1.0), x), x), P.gammaln(a))))),
+        ("0.0", "-rt_gammainc_dx(x, y)"))
 # azmul: absolute-zero multiply, 0 * anything = 0.  Reverse rules use it so that a
 # zero adjoint never becomes nan through an infinite partial.
 _binary("azmul", lambda x, y: np.where(np.asarray(x) == 0, 0.0, np.multiply(x, y))[()],
@@ -737,6 +844,8 @@ _SCALAR_FWD = {
     "square": lambda x: x * x, "reciprocal": lambda x: 1.0 / x, "sin": math.sin,
     "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "sinh": math.sinh,
     "cosh": math.cosh, "arctan": math.atan, "abs": abs, "erf": math.erf,
+    "erfc": math.erfc, "arcsin": math.asin, "arccos": math.acos, "arcsinh": math.asinh,
+    "arccosh": math.acosh, "arctanh": math.atanh,
     "add": operator.add, "sub": operator.sub, "mul": operator.mul,
     "div": operator.truediv, "pow": math.pow, "arctan2": math.atan2,
 }

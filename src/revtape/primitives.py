@@ -27,6 +27,8 @@ so a cached rt.grad re-records after a redefinition (Zygote #22).
 
 import importlib
 
+import threading
+
 import numpy as np
 
 from . import ops
@@ -346,7 +348,7 @@ def _install_callback(ffi):
             ws.call(mode, pc)
             return 0
         except BaseException as e:     # KeyboardInterrupt too: it surfaces after the call
-            ws.error = e
+            ws.put_error(e)
             return 1
 
 
@@ -374,17 +376,26 @@ class CallbackTable:
 class Workspace:
     """The Python side of one pair of arenas that PYCALLs run on."""
 
-    __slots__ = ("table", "vals", "adj", "error")
+    __slots__ = ("table", "vals", "adj", "errors")
 
     def __init__(self, table, vals, adj):
         self.table = table
         self.vals = vals
         self.adj = adj
-        self.error = None
+        # by thread: the error is taken after the VM released the program, when
+        # another thread's replay (and its failing callback) may already run on
+        # the same workspace; each caller must get its own error, not another's
+        self.errors = {}
 
-    def take_error(self):
-        e, self.error = self.error, None
-        return e
+    def put_error(self, e):
+        self.errors[threading.get_ident()] = e
+
+    def take_error(self, any_thread=False):
+        """The error a callback of this thread's replay raised (any thread's: for
+        a batch workspace, used by one worker at a time)."""
+        if any_thread:
+            return self.errors.popitem()[1] if self.errors else None
+        return self.errors.pop(threading.get_ident(), None)
 
     def call(self, mode, pc):
         site, o, n, shape, operands = self.table.by_pc[pc]

@@ -2,9 +2,9 @@
 
 scipy.special's ufuncs (gammaln, digamma, expit, log_expit, erf, xlogy) also
 work straight from scipy.special on tracked values (they dispatch through
-__array_ufunc__).  scipy's Python functions (logsumexp, polygamma) cannot:
-they convert with np.asarray, and revtape does not patch scipy, so calling
-them on a tracked value raises ConversionError naming the function here.
+__array_ufunc__).  scipy's Python functions (logsumexp, polygamma) convert
+with np.asarray; SCIPY_ROUTED below are routed here on tracked arguments
+only (see _scipy_dispatch: plain calls reach scipy's original unchanged).
 Everything here works without scipy installed.
 
 Adding a function: define it here with scipy.special's name and signature,
@@ -13,11 +13,17 @@ values; honour every argument or refuse it with UnsupportedError naming
 it; add it to __all__.  A plain (untracked) call returns what scipy returns.
 """
 
+import math
+import operator
+
 import numpy as np
 
+from . import _scipy_dispatch
 from .errors import UnsupportedError
+from .ops import sps
 from .ops import P
 from .tracked import _polygamma, istracked
+from .tracked import value as _value
 from .tracked import logsumexp as _tracked_logsumexp
 
 # ufuncs: one op-table row each (plain inputs run the row's numpy forward:
@@ -44,6 +50,61 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     return _specfun.logsumexp(a, axis=axis, keepdims=keepdims)
 
 
+# ---------------------------------------------------------------- second wave (issue 13)
+# One op-table row each (C value and partials of revtape's own):
+erfc = P.erfc
+erfcx = P.erfcx
+ndtr = P.ndtr
+log_ndtr = P.log_ndtr
+ndtri = P.ndtri
+logit = P.logit
+i0e = P.i0e
+i1e = P.i1e
+xlog1py = P.xlog1py
+betaln = P.betaln
+
+
+# Regularised incomplete gamma functions, differentiable in x only (a
+# tracked shape a is refused: its derivative is not implemented).
+from .tracked import _gammainc_in_x  # noqa: E402
+
+gammainc = _gammainc_in_x("gammainc")
+gammaincc = _gammainc_in_x("gammaincc")
+
+
+def log_softmax(x, axis=None):
+    """(x - max) - logsumexp(x - max), as scipy.special.log_softmax.
+
+    Shifting by the maximum first keeps the largest entries exact: x - lse(x)
+    would lose eps * |x| absolutely to the cancellation.  The shift changes
+    no derivative (log_softmax is shift-invariant)."""
+    m = np.max(x, axis=axis, keepdims=True)
+    t = x - m
+    return t - _tracked_logsumexp(t, axis=axis, keepdims=True)
+
+
+def softmax(x, axis=None):
+    """exp(log_softmax(x, axis)), as scipy.special.softmax."""
+    return np.exp(log_softmax(x, axis=axis))
+
+
+def multigammaln(a, d):
+    """log of the multivariate gamma function of dimension d (scipy's
+    multigammaln): d(d-1)/4 log(pi) + sum_j gammaln(a - j/2), j = 0..d-1.
+
+    Like scipy, refuses a <= (d - 1)/2 -- checked on the recorded value only:
+    a replay at such an a returns what gammaln gives there instead of raising."""
+    d = operator.index(d)
+    if d < 1:
+        raise ValueError("d should be a positive integer (dimension)")
+    if np.any(np.asarray(_value(a)) <= 0.5 * (d - 1)):
+        raise ValueError(f"condition a > 0.5 * (d-1) ({0.5 * (d - 1)}) not met")
+    out = P.gammaln(a)
+    for j in range(1, d):
+        out = out + P.gammaln(a - 0.5 * j)
+    return out + 0.25 * d * (d - 1) * math.log(math.pi)
+
+
 def polygamma(n, x):
     """scipy.special.polygamma; on tracked values n = 0 (digamma) and 1 (trigamma)."""
     if istracked(x):
@@ -59,5 +120,11 @@ def polygamma(n, x):
     return _specfun.polygamma(n, x)
 
 
+# scipy.special's Python functions that route here when an argument is tracked
+SCIPY_ROUTED = {"logsumexp": logsumexp, "polygamma": polygamma, "softmax": softmax,
+                "log_softmax": log_softmax, "multigammaln": multigammaln}
+_scipy_dispatch.route(sps, SCIPY_ROUTED)
+
 __all__ = ["gammaln", "digamma", "psi", "expit", "log_expit", "erf", "xlogy", "logsumexp",
-           "polygamma"]
+           "polygamma", "erfc", "erfcx", "ndtr", "log_ndtr", "ndtri", "logit", "i0e", "i1e", "xlog1py",
+           "betaln", "gammainc", "gammaincc", "softmax", "log_softmax", "multigammaln"]

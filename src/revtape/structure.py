@@ -323,11 +323,128 @@ def append(arr, values, axis=None):
     return _t.concatenate([arr, values], axis=axis)
 
 
+# ---------------------------------------------------------------- lists mixing tracked values and floats
+
+def _holds_tracked(v):
+    if istracked(v):
+        return True
+    if isinstance(v, (list, tuple)):
+        return any(_holds_tracked(e) for e in v)
+    return False
+
+
+def array(obj, dtype=None):
+    """An array from (nested) lists or tuples that mix tracked values with
+    numbers and arrays -- ``rt.array([t1, 2.0, t2])`` -- as autograd's and
+    JAX's ``np.array`` do: a tracked array when anything inside is tracked
+    (the elements are stacked: each one's gradient flows back to it), else
+    ``np.array(obj)``.  (numpy's own np.array always returns a plain ndarray,
+    which cannot hold a gradient: it raises ConversionError on tracked
+    elements, and revtape does not replace numpy's function.)"""
+    _dtype_ok("array", dtype)
+    if istracked(obj):
+        return obj
+    if not _holds_tracked(obj):
+        return np.array(obj, dtype=np.float64 if dtype is None else dtype)
+    items = [array(e) for e in obj]
+    shapes = {_shape(e) for e in items}
+    if len(shapes) != 1:
+        raise ValueError("setting an array element with a sequence: the elements have shapes "
+                         f"{sorted(shapes)} (an array needs them all equal)")
+    return _stack(items)
+
+
+def _operand(v):
+    """One operand of concatenate/stack: a list or tuple holding tracked values
+    becomes a tracked array (rt.array), plain lists become float arrays."""
+    if isinstance(v, (list, tuple)):
+        return array(v)
+    return v
+
+
+_concatenate, _stack = _t.concatenate, _t.stack
+_hstack, _vstack = _t.hstack, _t.vstack
+
+
+def concatenate(arrays, *args, **kw):
+    return _concatenate([_operand(a) for a in arrays], *args, **kw)
+
+
+def stack(arrays, *args, **kw):
+    return _stack([_operand(a) for a in arrays], *args, **kw)
+
+
+def hstack(tup, *args, **kw):
+    return _hstack([_operand(a) for a in tup], *args, **kw)
+
+
+def vstack(tup, *args, **kw):
+    return _vstack([_operand(a) for a in tup], *args, **kw)
+
+
+# ---------------------------------------------------------------- polyval
+
+def polyval(p, x):
+    """np.polyval by numpy's own Horner loop (y = 0*x + p[0], then y*x + p[i]),
+    so values -- nan from 0*inf included -- are numpy's; p and/or x tracked."""
+    if not istracked(p):
+        p = _operand(p) if isinstance(p, (list, tuple)) else np.asarray(p, dtype=np.float64)
+    if len(_shape(p)) != 1:
+        raise UnsupportedError("np.polyval on tracked values takes a 1-d coefficient array")
+    if not istracked(x):
+        x = np.asarray(_operand(x) if isinstance(x, (list, tuple)) else x, dtype=np.float64)
+    y = P.mul(x, 0.0)
+    for i in range(_shape(p)[0]):
+        y = P.add(P.mul(y, x) if i else y, _t.getitem(p, i) if istracked(p) else float(p[i]))
+    return y
+
+
+# ---------------------------------------------------------------- x[mask] by a tracked mask
+
+_MASK_OPS = frozenset(["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
+                       "logical_not"])
+
+
+def _producer(t):
+    """The op that computed tracked value t on its tape (None for inputs/constants)."""
+    for instr in reversed(t._tape._instrs):
+        if instr[1] == t._id:
+            return instr[0]
+    return None
+
+
+def masked_getitem(x, key):
+    """x[mask] with a tracked boolean mask (a comparison or logical_* result):
+    the elements where the mask held at recording, as one gather.  Which
+    elements those are depends on the data, so a guard records that the mask
+    is unchanged: a replay where any element of the mask differs raises
+    rt.BranchChanged (rt.grad re-records), like any branch on a comparison."""
+    if not istracked(key) or istracked(x) and key._tape is not x._tape and key._id >= 0:
+        raise UnsupportedError("indexing with a tracked value depends on the data; use np.where "
+                               "or index with plain integers")
+    op = _producer(key) if key._id >= 0 else None
+    if op is None or op.name not in _MASK_OPS:
+        raise UnsupportedError(
+            "indexing with a tracked value: only a boolean mask made by a comparison or "
+            "np.logical_* on tracked values (x[x > c]) is supported; for other data-dependent "
+            "choices use np.where or index with plain integers")
+    m0 = np.asarray(_value_of(key)) != 0.0
+    shape = _shape(x)
+    idx = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[m0]
+    _guard_all(P.eq(key, m0.astype(np.float64)),
+               "the elements selected by a tracked boolean mask x[mask] changed")
+    return P.take(x, idx=np.ascontiguousarray(idx))
+
+
 _t.HANDLED_FUNCTIONS.update({
     np.cumsum: cumsum, np.cumprod: cumprod, np.sort: sort, np.argsort: argsort,
     np.argmax: argmax, np.argmin: argmin, np.einsum: einsum, np.tensordot: tensordot,
-    np.append: append,
+    np.append: append, np.polyval: polyval,
+    np.concatenate: concatenate, np.stack: stack, np.hstack: hstack, np.vstack: vstack,
 })
 
+# np.logaddexp.reduce is a log-sum-exp along the axis (one instruction)
+_t._REDUCE_UFUNCS.setdefault(np.logaddexp, "logsumexp")
+
 __all__ = ["cumsum", "cumprod", "sort", "argsort", "argmax", "argmin", "einsum", "tensordot",
-           "append"]
+           "append", "array", "polyval", "masked_getitem"]

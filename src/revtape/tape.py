@@ -15,6 +15,7 @@ tape, which is how HessianTape gets second derivatives.
 import linecache
 import math
 import sys
+import weakref
 
 import numpy as np
 
@@ -79,20 +80,89 @@ def shape_of(v):
     return () if type(v) is float else np.shape(v)
 
 
+class _Where(tuple):
+    """(filename, lineno) of a guard recorded in this process.  Only these name
+    a source file revtape reads (to quote the line in BranchChanged): a
+    location from a pickle arrives as a plain tuple, and a path named by a
+    pickle is never opened.  Copies in this process stay trusted."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return (tuple, (tuple(self),))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
 def _caller():
     """(filename, lineno) of the first frame outside revtape: the user's source line."""
     f = sys._getframe(2)
     while f is not None and f.f_globals.get("__name__", "").startswith("revtape"):
         f = f.f_back
     if f is None:
-        return ("<unknown>", 0)
-    return (f.f_code.co_filename, f.f_lineno)
+        return _Where(("<unknown>", 0))
+    return _Where((f.f_code.co_filename, f.f_lineno))
 
 
 def describe_where(where):
+    if type(where) is not _Where:            # from a pickle: shown, never opened
+        if isinstance(where, tuple) and len(where) == 2:
+            return f"{where[0]}:{where[1]}"
+        return repr(where)
     filename, lineno = where
     line = linecache.getline(filename, lineno).strip()
     return f"{filename}:{lineno}" + (f": {line}" if line else "")
+
+
+class _Nodes:
+    """A tape's input (or output) handles, held weakly.
+
+    A tracked value holds its tape; a tape holding its inputs and output
+    strongly would make every tape a reference cycle, freed only by the
+    cyclic collector (with gc disabled, never).  While a handle lives, the
+    tape hands out that very object (`tape.inputs[0] is x`); once it has died
+    the tape makes an equivalent one (same tape, same node) on demand."""
+
+    __slots__ = ("_tape", "_ids", "_refs")
+
+    def __init__(self, tape, items=()):
+        self._tape = weakref.ref(tape)
+        self._ids, self._refs = [], []
+        for t in items:
+            self.append(t)
+
+    def append(self, t):
+        self._ids.append(t._id)
+        self._refs.append(weakref.ref(t))
+
+    def __setitem__(self, k, t):
+        self._ids[k] = t._id
+        self._refs[k] = weakref.ref(t)
+
+    def __len__(self):
+        return len(self._ids)
+
+    def _get(self, k):
+        t = self._refs[k]()
+        if t is None:
+            tape = self._tape()
+            nid = self._ids[k]
+            t = _WRAP(tape, nid, tape._vals[nid])
+            self._refs[k] = weakref.ref(t)
+        return t
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self._get(i) for i in range(len(self._ids))[k]]
+        return self._get(range(len(self._ids))[k])
+
+    def __iter__(self):
+        for k in range(len(self._ids)):
+            yield self._get(k)
 
 
 # ---------------------------------------------------------------- the tape
@@ -108,8 +178,8 @@ class Tape:
     def __init__(self):
         self._vals = []           # node id -> value (float or float64 ndarray)
         self._instrs = []         # (op, out, args, params)
-        self._inputs = []         # tracked input objects, in track() order
-        self._output = None
+        self._inputs = _Nodes(self)   # tracked input objects, in track() order (held weakly)
+        self._outs = _Nodes(self)     # the output, held weakly: see _output
         self._recording = True
         self._scalar_consts = {}  # dedup of scalar constants while recording
         self._n_guards = 0
@@ -129,6 +199,15 @@ class Tape:
     @property
     def output(self):
         return self._output
+
+    @property
+    def _output(self):
+        outs = self._outs
+        return outs[0] if len(outs) else None
+
+    @_output.setter
+    def _output(self, t):
+        self._outs = _Nodes(self, () if t is None else (t,))
 
     def _check_recording(self):
         if not self._recording:
@@ -277,15 +356,20 @@ class Tape:
         """Bring the last compiled replay's input and output values into this tape,
         so that rt.value(tape.output) and rt.value(tape.inputs[i]) report it (as
         after a reference replay).  Done lazily, when a value is read, so that
-        the compiled hot path only marks the tape."""
-        ctape, self._replayed_by = self._replayed_by, None
-        arena, prog = ctape._vals, ctape._program
+        the compiled hot path only marks the tape.  The arena always holds one
+        complete replay (the VM puts the previous one back when a guard
+        refuses a replay) and is read while no other replay runs."""
+        arena = self._replayed_by
+        if arena is None:                         # another thread pulled it meanwhile
+            return
+        x, y, prog = arena.read_replay()
+        if self._replayed_by is arena:
+            self._replayed_by = None
         for t, (off, shape, is_float) in zip(self._inputs, prog.inputs):
-            self._vals[t._id] = (float(arena[off]) if is_float else
-                                 arena[off:off + math.prod(shape)].reshape(shape).copy())
-        out = prog.out_off
-        self._vals[self._output._id] = (float(arena[out]) if prog.out_shape == () else
-                                        arena[out:out + prog.out_len].reshape(prog.out_shape).copy())
+            self._vals[t._id] = (float(x[off]) if is_float else
+                                 x[off:off + math.prod(shape)].reshape(shape))
+        self._vals[self._output._id] = float(y[0]) if prog.out_shape == () else y.reshape(
+            prog.out_shape)
 
     def _set_inputs(self, x):
         """Validate a replay input against the recorded inputs and store it."""
@@ -352,8 +436,17 @@ class Tape:
     # ------------------------------------------------ reference replay
     def _replay(self, x):
         self._check_finished()
+        if self._replayed_by is not None:
+            self._pull_replay()
+        # A replay that a guard refuses stops midway: put the previous
+        # replay's values back, so that rt.value never mixes two replays.
+        saved = list(self._vals)
         self._set_inputs(x)
-        self._run_forward()
+        try:
+            self._run_forward()
+        except BaseException:
+            self._vals[:] = saved
+            raise
         out = self._vals[self._output._id]
         return out if type(out) is float else np.array(out)
 
@@ -429,7 +522,11 @@ class Tape:
 
     # ------------------------------------------------ copy and pickle
     def __getstate__(self):
+        if self._replayed_by is not None:     # the copy reports what the original does
+            self._pull_replay()
         state = dict(self.__dict__)
+        state["_inputs"] = list(self._inputs)   # strong in the state; weak again on load
+        state["_outs"] = list(self._outs)
         state["_active"] = None
         state["_htape"] = None
         state["_replayed_by"] = None
@@ -437,7 +534,15 @@ class Tape:
         return state
 
     def __setstate__(self, state):
+        state = dict(state)
+        inputs = state.pop("_inputs", ())
+        outs = state.pop("_outs", ())
+        if "_output" in state:                   # pickled before outputs were held weakly
+            out = state.pop("_output")
+            outs = () if out is None else (out,)
         self.__dict__.update(state)
+        self._inputs = _Nodes(self, inputs)
+        self._outs = _Nodes(self, outs)
 
 
 class _NullTape(Tape):

@@ -111,7 +111,7 @@ def _math_advice(general=True):
 class Tracked:
     """Common behaviour of TrackedReal and TrackedArray."""
 
-    __slots__ = ("_tape", "_id", "_const")
+    __slots__ = ("_tape", "_id", "_const", "__weakref__")
     _is_tracked = True
     __array_priority__ = 1000
 
@@ -206,8 +206,7 @@ class Tracked:
             public, ours = caller
             raise ConversionError(
                 f"{public} converts its input with np.asarray, so it cannot trace a tracked "
-                "value" + (" (revtape does not patch scipy.special). "
-                           if public.startswith("scipy.special.") else ". ") + (
+                "value. " + (
                     f"Use {ours}, revtape's version, which works on tracked and plain values."
                     if ours else "Express it with numpy functions, rt.special or rt.stats."))
         raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
@@ -550,9 +549,15 @@ def _check_ufunc_kwargs(fname, kw):
 
 
 def _mask_of(fname, where_, shape):
+    """where= as a boolean array of x's shape; a tracked mask (a comparison
+    result) as a tracked 0/1 array of x's shape: reductions then select by it
+    (no guard -- the result is piecewise in x, like np.where's)."""
     if istracked(where_):
-        _refuse(fname, "where", "the mask must be a plain boolean array (use np.where with "
-                "a tracked condition)")
+        mshape = shape_of(_value_of(where_))
+        if np.broadcast_shapes(mshape, tuple(shape)) != tuple(shape):
+            raise ValueError(f"{fname}(..., where=): a mask of shape {mshape} does not "
+                             f"broadcast to the array's shape {tuple(shape)}")
+        return P.where(where_, np.ones(shape), 0.0)
     return np.broadcast_to(np.asarray(where_, dtype=bool), shape)
 
 
@@ -579,7 +584,7 @@ def reduce(name, x, axis=None, keepdims=False, dtype=None, out=None, initial=_NO
         else:
             raise ValueError(f"reduction operation {name!r} does not have an identity, so to "
                              "use a where mask one has to specify 'initial'")
-        if not mask.all():
+        if istracked(mask) or not mask.all():
             x = P.where(mask, x, fill)
     if _given(initial):
         if name not in _COMBINE_INITIAL:
@@ -599,6 +604,8 @@ def _count(fname, shape, axis, keepdims, where_):
     if where_ is True or where_ is _NOVALUE:
         return float(np.prod(shape if ax is None else [shape[a] for a in ax], dtype=np.int64))
     mask = _mask_of(fname, where_, shape)
+    if istracked(mask):
+        return reduce("sum", mask, axis, keepdims)
     return np.sum(mask, axis=ax, keepdims=bool(keepdims), dtype=np.float64)[()]
 
 
@@ -630,6 +637,8 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Tru
     sq = P.square(P.sub(x, m))
     n = _count("np.var", shape_of(_value_of(x)), axis, keepdims, where)
     total = reduce("sum", sq, axis, keepdims, where=where)
+    if istracked(n):                     # a tracked where= mask: counted at each replay
+        return P.div(total, P.maximum(P.sub(n, float(ddof)), 0.0))
     dof = np.maximum(np.subtract(n, float(ddof)), 0.0)[()]
     if type(dof) is float or np.ndim(dof) == 0:
         with np.errstate(divide="ignore"):
@@ -682,7 +691,10 @@ def getitem(x, key):
         if not -n <= key < n:
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {n}")
         return _record1(_ITEM, x, {"i": key % n})
-    if istracked(key) or (isinstance(key, tuple) and any(istracked(k) for k in key)):
+    if istracked(key):
+        from .structure import masked_getitem   # x[x > c]: a guarded gather
+        return masked_getitem(x, key)
+    if isinstance(key, tuple) and any(istracked(k) for k in key):
         raise UnsupportedError("indexing with a tracked value depends on the data; use np.where "
                                "or index with plain integers")
     idx = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[key]
@@ -996,6 +1008,7 @@ HANDLED_FUNCTIONS = {
     np.full_like: _np_full_like,
     np.copy: lambda a, order="K", subok=False: a,
     np.take: _np_take,
+    np.sinc: P.sinc,
 }
 if hasattr(np, "amax"):
     HANDLED_FUNCTIONS[np.amax] = HANDLED_FUNCTIONS[np.max]
@@ -1015,9 +1028,28 @@ _UFUNC_OPS = {
     np.logical_and: "logical_and", np.logical_or: "logical_or", np.logical_not: "logical_not",
     np.sign: "sign", np.floor: "floor", np.ceil: "ceil",
 }
+_UFUNC_OPS.update({np.arcsin: "arcsin", np.arccos: "arccos", np.arcsinh: "arcsinh",
+                   np.arccosh: "arccosh", np.arctanh: "arctanh"})
+if _sps is not None:
+    _UFUNC_OPS.update({getattr(_sps, n): n for n in (
+        "erfc", "erfcx", "ndtr", "log_ndtr", "ndtri", "logit", "i0e", "i1e", "xlog1py",
+        "betaln")})
 if _sps is not None:
     _UFUNC_OPS.update({_sps.gammaln: "gammaln", _sps.digamma: "digamma", _sps.expit: "expit",
                        _sps.log_expit: "log_expit", _sps.erf: "erf", _sps.xlogy: "xlogy"})
+
+
+
+def _gammainc_in_x(name):
+    def f(a, x):
+        if istracked(a):
+            raise UnsupportedError(
+                f"scipy.special.{name}(a, x) on tracked values is differentiable in x only: "
+                "the derivative with respect to the shape a is not implemented; pass a as a "
+                "plain number or array")
+        return getattr(P, name)(a, x)
+    return f
+
 
 _UFUNC_COMPARE = {np.less: "lt", np.less_equal: "le", np.greater: "gt",
                   np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne"}
@@ -1035,6 +1067,11 @@ _UFUNC_SPECIAL = {
     np.isfinite: lambda x: np.isfinite(_value_of(x)),
     np.isinf: lambda x: np.isinf(_value_of(x)),
 }
+
+
+if _sps is not None:
+    _UFUNC_SPECIAL.update({_sps.gammainc: _gammainc_in_x("gammainc"),
+                           _sps.gammaincc: _gammainc_in_x("gammaincc")})
 
 
 def fmax(x, y):
@@ -1124,10 +1161,11 @@ def array_ufunc(ufunc, method, inputs, kwargs):
 # ---------------------------------------------------------------- scipy's Python functions
 # scipy.special's ufuncs (gammaln, expit, ...) dispatch through
 # __array_ufunc__.  Its Python functions (logsumexp, polygamma, ...) convert
-# their input with np.asarray and cannot dispatch; revtape does not patch
-# scipy (that would change scipy for every library in the process), so they
-# raise ConversionError from __array__, naming rt.special.<name> -- revtape's
-# own function of the same name -- when there is one.
+# their input with np.asarray and cannot dispatch: the few SPEC names are
+# routed to revtape's on tracked arguments (_scipy_dispatch); any other (or
+# all of them, with REVTAPE_SCIPY_DISPATCH=0) raises ConversionError from
+# __array__, naming rt.special.<name> -- revtape's own function of the same
+# name -- when there is one.
 
 def _scipy_caller():
     """(public scipy name, revtape's replacement or None) of the scipy function
@@ -1177,10 +1215,16 @@ def _scipy_caller():
         ours = f"revtape.linalg's {name} (scipy.linalg.{name} looked up after importing revtape)"
     if package == "scipy.stats":
         # a distribution method (norm.logpdf): its instance names the distribution
-        dist = getattr(outer.f_locals.get("self"), "name", None)
+        # (a frozen one through .dist; multivariate ones only by class name)
+        inst = outer.f_locals.get("self")
+        inst = getattr(inst, "dist", inst)
+        dist = getattr(inst, "name", None)
+        if not isinstance(dist, str):
+            cls = type(inst).__name__
+            dist = cls[:-4] if cls.endswith("_gen") else None
         if dist:
             public = f"scipy.stats.{dist}.{name}"
-            rt_stats = sys.modules.get("revtape.stats")
-            if callable(getattr(getattr(rt_stats, dist, None), name, None)):
+            from . import stats as rt_stats
+            if hasattr(type(getattr(rt_stats, dist, None)), name):
                 ours = f"rt.stats.{dist}.{name}"
     return public, ours

@@ -30,6 +30,9 @@ __all__ = [
     "rosenbrock_vec",
     "logreg",
     "chain",
+    "gp",
+    "radon",
+    "mvn",
     "ALL",
 ]
 
@@ -117,7 +120,29 @@ def _c_chain(w, ffi, lib):
     return vg
 
 
+def _c_radon(w, ffi, lib):
+    fn = lib.ref_radon_vg
+    d = w.data
+    y, floor = (np.ascontiguousarray(d[k], dtype=np.float64) for k in ("y", "floor"))
+    county = np.ascontiguousarray(d["county"], dtype=np.int64)
+    N, J = w.params["N"], w.params["J"]
+    yp, fp = ffi.from_buffer("double[]", y), ffi.from_buffer("double[]", floor)
+    cp = ffi.from_buffer("int64_t[]", county)
+    const = float(d["const"])
+
+    def vg(x, g=None):
+        if g is None:
+            g = np.empty(J + 4)
+        v = fn(ffi.from_buffer("double[]", x), ffi.from_buffer("double[]", g), yp, cp, fp,
+               N, J, const)
+        return v, g
+
+    vg._keepalive = (y, floor, county, yp, fp, cp)
+    return vg
+
+
 _C_WRAPPERS = {
+    "ref_radon_vg": _c_radon,
     "ref_eight_schools_vg": _c_eight_schools,
     "ref_rosenbrock_vg": _c_rosenbrock,
     "ref_logreg_vg": _c_logreg,
@@ -391,9 +416,145 @@ def gp(n: int = 200, seed: int = 0) -> Workload:
     )
 
 
+# --------------------------------------------------------------------------
+# radon: hierarchical linear regression (varying intercepts)
+
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def radon(N: int = 919, J: int = 85, seed: int = 0) -> Workload:
+    """Gelman & Hill's radon model with varying county intercepts, on
+    synthetic data of the real data set's size (919 houses, 85 counties):
+
+        y_i ~ N(a[county_i] + beta * floor_i, sigma_y),   a_j ~ N(mu_a, sigma_a),
+        mu_a, beta ~ N(0, 10),   sigma_a, sigma_y ~ HalfNormal(5).
+
+    x = [mu_a, beta, log sigma_a, log sigma_y, a_1..a_J]: the scales go
+    through the log bijector (sigma = exp(s), plus the log-Jacobian s), as an
+    HMC sampler sees them.  ``f`` gathers the intercepts by the county index
+    (an integer array).  Data from default_rng(seed): every county has at
+    least one house; floor ~ Bernoulli(0.3); mu_a = 1.5, sigma_a = 0.3,
+    beta = -0.7, sigma_y = 0.8.
+    """
+    rng = np.random.default_rng(seed)
+    county = np.concatenate([np.arange(J), rng.integers(0, J, N - J)])
+    rng.shuffle(county)
+    county = county.astype(np.int64)
+    floor = (rng.random(N) < 0.3).astype(np.float64)
+    a_true = 1.5 + 0.3 * rng.standard_normal(J)
+    y = a_true[county] - 0.7 * floor + 0.8 * rng.standard_normal(N)
+    x0 = np.concatenate([[1.4, -0.6, math.log(0.35), math.log(0.75)],
+                         a_true + 0.05 * rng.standard_normal(J)])
+    # normal and half-normal normalising constants, all in one number
+    const = (-(N + J + 2) * _HALF_LOG_2PI - 2.0 * math.log(10.0)
+             + 2.0 * (0.5 * math.log(2.0 / math.pi) - math.log(5.0)))
+
+    def f(x):
+        mu_a, beta, log_sa, log_sy = x[0], x[1], x[2], x[3]
+        a = x[4:]
+        sigma_a, sigma_y = np.exp(log_sa), np.exp(log_sy)
+        r = y - (a[county] + beta * floor)
+        z = (a - mu_a) / sigma_a
+        lp = -0.5 * np.sum(r ** 2) / sigma_y ** 2 - N * log_sy     # likelihood
+        lp = lp - 0.5 * np.sum(z ** 2) - J * log_sa               # a_j ~ N(mu_a, sigma_a)
+        lp = lp - 0.5 * (mu_a / 10.0) ** 2 - 0.5 * (beta / 10.0) ** 2
+        lp = lp - 0.5 * (sigma_a / 5.0) ** 2 + log_sa             # half-normal + log-Jacobian
+        lp = lp - 0.5 * (sigma_y / 5.0) ** 2 + log_sy
+        return lp + const
+
+    def numpy_vg(x):
+        mu_a, beta, log_sa, log_sy = x[0], x[1], x[2], x[3]
+        a = x[4:]
+        sa, sy = math.exp(log_sa), math.exp(log_sy)
+        r = y - a[county] - beta * floor
+        d = a - mu_a
+        rr, dd = r @ r, d @ d
+        v = (-0.5 * rr / sy ** 2 - N * log_sy - 0.5 * dd / sa ** 2 - J * log_sa
+             - 0.5 * (mu_a / 10.0) ** 2 - 0.5 * (beta / 10.0) ** 2
+             - 0.5 * (sa / 5.0) ** 2 + log_sa - 0.5 * (sy / 5.0) ** 2 + log_sy + const)
+        gr = r / sy ** 2                                  # d lp / d prediction_i
+        g = np.empty(J + 4)
+        g[0] = d.sum() / sa ** 2 - mu_a / 100.0
+        g[1] = gr @ floor - beta / 100.0
+        g[2] = dd / sa ** 2 - J - (sa / 5.0) ** 2 + 1.0
+        g[3] = rr / sy ** 2 - N - (sy / 5.0) ** 2 + 1.0
+        g[4:] = np.bincount(county, weights=gr, minlength=J) - d / sa ** 2
+        return float(v), g
+
+    return Workload(
+        name="radon",
+        f=f,
+        x0=x0,
+        numpy_vg=numpy_vg,
+        c_name="ref_radon_vg",
+        data={"y": y, "county": county, "floor": floor, "const": const},
+        params={"N": N, "J": J, "seed": seed},
+    )
+
+
+# --------------------------------------------------------------------------
+# mvn: multivariate normal log density, gradient w.r.t. mean and Cholesky factor
+
+
+def mvn(n: int = 100, m: int = 20, seed: int = 0) -> Workload:
+    """The log density of m observations y_k ~ N(mu, L L^T) in n dimensions,
+    as a function of the mean and the Cholesky factor:
+
+        x = [mu (n), L (n*n, row-major; only its lower triangle is read)],
+        logp = -0.5 sum_k |L^-1 (y_k - mu)|^2 - m sum_i log L_ii - m n/2 log(2 pi).
+
+    ``f`` takes np.tril of the reshaped factor and solves with
+    scipy.linalg.solve_triangular (revtape.linalg's without scipy).  The
+    gradient w.r.t. the entries above the diagonal is 0.  Data and the
+    evaluation point (a well-conditioned factor) from default_rng(seed).
+    """
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((n, n)) / math.sqrt(n)
+    L0 = np.tril(A, -1) * 0.5 + np.diag(1.0 + rng.random(n))
+    mu0 = rng.standard_normal(n)
+    Y = mu0 + rng.standard_normal((m, n)) @ L0.T
+    x0 = np.concatenate([mu0 + 0.1 * rng.standard_normal(n),
+                         (L0 + 0.05 * np.tril(rng.standard_normal((n, n)))).ravel()])
+    half_log_2pi = m * n * _HALF_LOG_2PI
+    try:
+        from scipy.linalg import solve_triangular
+    except ImportError:  # pragma: no cover
+        from .linalg import solve_triangular
+
+    def f(x):
+        mu = x[:n]
+        L = np.tril(np.reshape(x[n:], (n, n)))
+        Z = solve_triangular(L, (Y - mu).T, lower=True)
+        return -0.5 * np.sum(Z ** 2) - m * np.sum(np.log(np.diagonal(L))) - half_log_2pi
+
+    def numpy_vg(x):
+        # Z = L^-1 D, W = L^-T Z = Sigma^-1 D (D = (Y - mu)^T):
+        # d/dmu = sum_k W[:, k],  d/dL = tril(W Z^T) - m diag(1 / L_ii)
+        mu = x[:n]
+        L = np.tril(x[n:].reshape(n, n))
+        Z = solve_triangular(L, (Y - mu).T, lower=True, check_finite=False)
+        W = solve_triangular(L, Z, lower=True, trans="T", check_finite=False)
+        diag = np.diagonal(L)
+        v = -0.5 * np.sum(Z * Z) - m * np.sum(np.log(diag)) - half_log_2pi
+        gL = np.tril(W @ Z.T)
+        gL[np.diag_indices(n)] -= m / diag
+        return float(v), np.concatenate([W.sum(axis=1), gL.ravel()])
+
+    return Workload(
+        name="mvn",
+        f=f,
+        x0=x0,
+        numpy_vg=numpy_vg,
+        c_name=None,
+        data={"Y": Y},
+        params={"n": n, "m": m, "seed": seed},
+    )
+
+
 # Workloads without a hand-written C reference (not in ALL, whose every
 # entry has one); benchmarks/test_gp.py runs them.
-EXTRA = {"gp": gp}
+EXTRA = {"gp": gp, "mvn": mvn}
 
 
 ALL = {
@@ -402,4 +563,5 @@ ALL = {
     "rosenbrock-vec": rosenbrock_vec,
     "logreg": logreg,
     "chain": chain,
+    "radon": radon,
 }

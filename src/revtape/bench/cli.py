@@ -31,8 +31,8 @@ import numpy as np
 from . import columns as C
 from .hmc import N_LEAPFROG, STEP_SIZE, hmc
 
-WORKLOADS = ["eight-schools", "rosenbrock-loop", "rosenbrock-vec", "logreg", "chain", "gp", "hmc",
-             "threads"]
+WORKLOADS = ["eight-schools", "rosenbrock-loop", "rosenbrock-vec", "logreg", "chain", "gp", "radon",
+             "mvn", "hmc", "threads"]
 CHAIN_SIZES = {"quick": [10**3, 10**4], "default": [10**3, 10**4, 10**5],
                "full": [10**3, 10**4, 10**5, 10**6]}
 PEER_NAMES = ["jax", "torch", "autograd", "casadi"]

@@ -1,0 +1,23 @@
+"""The numpy forward of special-function rows when scipy is not installed:
+the row's own C expression, run by the extension on plain arrays
+(``rt_elementwise``), so that the reference replay and the VM agree."""
+
+import numpy as np
+
+from . import ops
+
+
+def evaluate(name, *args):
+    from ._vm import ffi, lib
+    op = ops.OPS[name]
+    code = ops.OPCODE[name.upper() if len(args) == 1 else f"{name.upper()}_VV"]
+    arrays = np.broadcast_arrays(*[np.asarray(a, dtype=np.float64) for a in args])
+    shape = arrays[0].shape
+    flat = [np.ascontiguousarray(a).ravel() for a in arrays]
+    out = np.empty(shape, dtype=np.float64)
+    n = out.size
+    ptr = lambda a: ffi.from_buffer("double[]", a)
+    y = ptr(flat[1]) if len(flat) == 2 else ffi.NULL
+    if lib.rt_elementwise(code, n, ptr(flat[0]), y, ptr(out.reshape(-1))) != 0:
+        raise AssertionError(f"{op!r} has no elementwise C kernel")  # pragma: no cover
+    return out[()]
