@@ -5,6 +5,7 @@ code evaluates the VM's own expressions (ops_generated.h) and kernels."""
 
 import copy
 import os
+import pathlib
 import pickle
 import subprocess
 import sys
@@ -188,3 +189,21 @@ def test_deepcopy_and_pickle_of_a_native_tape(rng):
         assert other._native_path == nt._native_path                  # one shared library
         v2, g2 = other.value_and_gradient(x)
         assert _same(v, v2) and _same(g, g2)
+
+
+def test_two_processes_compiling_one_program_at_once_share_the_entry(tmp_path):
+    # Both find the cache empty and build; each publishes by an atomic rename,
+    # so both load a whole library and agree bit for bit.
+    code = ("import numpy as np, revtape as rt\n"
+            "t = rt.compile(rt.GradientTape(lambda x: np.cos(x[0]) * x[1] - 0.987654,"
+            " np.array([0.3, 0.4])), native=True)\n"
+            "v, g = t.value_and_gradient(np.array([0.7, -0.2]))\n"
+            "print(t._native_path, v.hex(), *[float(e).hex() for e in g])")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), REVTAPE_CACHE_DIR=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    assert outs[0][0] == outs[1][0]
+    assert sorted(f.name for f in tmp_path.glob("revtape_*.so")) == [
+        pathlib.Path(outs[0][0].split()[0]).name]
