@@ -10,9 +10,11 @@ instruction buffer replayed by a small C virtual machine.
 from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, ConversionError,
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
+from .errors import PicklingError
 from .tape import NULL_TAPE, Tape
 from .watch import RandomDrawWarning
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
+from .pytree import register_pytree_node
 from . import linalg, structure
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
@@ -40,6 +42,12 @@ def __getattr__(name):
     if name in ("grad", "value_and_grad"):
         from . import transforms
         return getattr(transforms, name)
+    if name in ("jvp", "vjp"):
+        from . import cached
+        return getattr(cached, name)
+    if name == "LogDensity":
+        from .logdensity import LogDensity
+        return LogDensity
     if name in ("special", "stats", "bijectors"):
         import importlib
         return importlib.import_module(f".{name}", __name__)
@@ -54,5 +62,6 @@ __all__ = [
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
     "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning", "special",
     "primitive", "defvjp", "defjvp", "stop_gradient",
+    "PicklingError", "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]
 __all__.append("array")

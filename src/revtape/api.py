@@ -4,7 +4,10 @@ one-shot gradient/jacobian/hessian/hvp functions.
 ``x`` is a float, an ndarray, or a tuple of them.  With a tuple, f is called
 as ``f(*x)`` when its signature takes that many positional arguments
 (ReverseDiff's convention) and as ``f(x)`` otherwise; the gradient is then a
-tuple shaped like x.
+tuple shaped like x.  ``x`` may also be a pytree (nested dicts, lists, tuples,
+namedtuples of floats and arrays, see pytree.py): each leaf is a tape input,
+f is called on the tree of tracked leaves, and gradients come back in x's
+structure.
 """
 
 import contextlib
@@ -16,7 +19,7 @@ import sys
 
 import numpy as np
 
-from . import ops
+from . import ops, pytree
 from .errors import InputError, UnsupportedError
 from .tape import Tape, backprop, check_input, check_out
 from .watch import Watcher, warn_tape_draws
@@ -37,7 +40,7 @@ def _once(make, f, x):
 
 def call_with(f, targs):
     """Call f on tracked inputs: f(*x) for a tuple when f takes that many arguments."""
-    if not isinstance(targs, tuple):
+    if type(targs) is not tuple:      # a namedtuple is one argument, as a dict is
         return f(targs)
     try:
         inspect.signature(f).bind(*targs)
@@ -68,7 +71,11 @@ def record(tape, f, x):
     if not callable(f):
         raise InputError(f"expected a function to differentiate (or a tape), got "
                          f"{type(f).__name__} {f!r:.40}")
-    if isinstance(x, tuple):
+    leaves, treedef = pytree.input_structure(x)
+    if treedef is not None:
+        tx = pytree.unflatten(treedef, [tape.track(v) for v in leaves])
+        tape._treedef = treedef
+    elif isinstance(x, tuple):
         tx = tuple(tape.track(xi) for xi in x)
     else:
         tx = tape.track(x)
@@ -92,7 +99,7 @@ class GradientTape(Tape):
     def value_and_gradient_recorded(self, out=None):
         """Value and gradient at the recording input, without replaying."""
         if out is not None:
-            check_out(out, [self._vals[t._id] for t in self._inputs])
+            check_out(self._out_leaves(out), [self._vals[t._id] for t in self._inputs])
         value = self._vals[self._output._id]
         return value, self._grads_out(self._reverse(1.0), out)
 
@@ -118,12 +125,14 @@ class HessianTape(Tape):
     def __init__(self, f, x):
         super().__init__()
         self._parts = None
-        if isinstance(x, tuple):
+        leaves, treedef = pytree.input_structure(x)
+        if treedef is not None or isinstance(x, tuple):
             # Several inputs: f is recorded on one flat vector laid end to end,
             # so the gradient is one vector and the Hessian one matrix; the
-            # methods below take and give tuples shaped like x.
-            parts = self._parts = Parts(x)
-            self._build_from(GradientTape(lambda z: call_with(f, parts.split(z)), parts.flatten(x)))
+            # methods below take and give tuples (or trees) shaped like x.
+            parts = self._parts = Parts(leaves, treedef)
+            self._build_from(GradientTape(lambda z: call_with(f, parts.tree(parts.split(z))),
+                                          parts.flatten(x)))
         else:
             self._build_from(GradientTape(f, x))
 
@@ -139,7 +148,10 @@ class HessianTape(Tape):
         src._check_finished()
         src._scalar_output()
         if len(src._inputs) != 1:
-            raise UnsupportedError("HessianTape supports functions of one input (array or float)")
+            raise UnsupportedError(
+                "this tape has several inputs; for Hessians of a function of a tuple or a "
+                "pytree record rt.HessianTape(f, x) or use rt.hessian(f) / rt.hvp(f): they lay "
+                "the inputs out as one vector")
         xin = src._inputs[0]
         hx = self.track(src._vals[xin._id])
         env = list(src._vals)         # constants stay plain; computed nodes become tracked
@@ -201,14 +213,22 @@ class HessianTape(Tape):
 
 
 class Parts:
-    """A tuple of floats and arrays laid end to end in one flat float64 vector."""
+    """A tuple of floats and arrays (or the leaves of a pytree, with its treedef)
+    laid end to end in one flat float64 vector."""
 
-    def __init__(self, xs):
+    def __init__(self, xs, treedef=None):
         self.shapes = [tuple(np.shape(xi)) for xi in xs]
         self.floats = [np.ndim(xi) == 0 for xi in xs]
         self.bounds = np.cumsum([0] + [math.prod(s) for s in self.shapes]).tolist()
+        self.treedef = treedef
+
+    def tree(self, parts):
+        """A tuple of parts in the caller's structure (the tuple itself without a treedef)."""
+        return parts if self.treedef is None else pytree.unflatten(self.treedef, parts)
 
     def flatten(self, xs):
+        if self.treedef is not None:
+            xs = pytree.leaves_of(self.treedef, xs)
         if not isinstance(xs, (tuple, list)) or len(xs) != len(self.shapes):
             raise InputError(f"pass a tuple of {len(self.shapes)} values, shaped like the "
                              "recording input")
@@ -226,11 +246,14 @@ class Parts:
         parts = tuple(float(p) if isf else np.array(p)
                       for p, isf in zip(self.split(np.asarray(flat)), self.floats))
         if out is None:
-            return parts
+            return self.tree(parts)
+        user_out = out
+        if self.treedef is not None:
+            out = tuple(pytree.leaves_of(self.treedef, out, "out="))
         outs = check_out(out, [np.empty(s) for s in self.shapes])
         for o, p in zip(outs, parts):
             o[...] = p
-        return out
+        return user_out
 
     def blocks(self, H, out):
         """The flat Hessian as a tuple of tuples: block (i, j) has shape x_i.shape + x_j.shape."""
@@ -238,9 +261,9 @@ class Parts:
             raise UnsupportedError("hessian(out=...) takes one array; with a tuple input the "
                                    "Hessian is a tuple of blocks -- call it without out=")
         b = self.bounds
-        return tuple(tuple(
+        return self.tree(tuple(self.tree(tuple(
             np.ascontiguousarray(H[b[i]:b[i + 1], b[j]:b[j + 1]]).reshape(self.shapes[i] + self.shapes[j])
-            for j in range(len(self.shapes))) for i in range(len(self.shapes)))
+            for j in range(len(self.shapes)))) for i in range(len(self.shapes))))
 
 
 def _tape_like(obj):
@@ -267,22 +290,41 @@ def value_and_gradient(f, x, out=None):
     return _once(GradientTape, f, x).value_and_gradient_recorded(out)
 
 
-def jacobian(f, x, out=None):
-    """Jacobian of f at x, shaped output.shape + input.shape."""
+def _transform(f, kind, x):
+    """rt.jacobian(f) / hessian(f) / hvp(f) without x: the cached transform."""
+    if _tape_like(f) or x is not None:
+        raise TypeError(f"rt.{kind}(tape) needs x: rt.{kind}(tape, x, ...)")
+    from .cached import CachedTransform
+    return CachedTransform(f, kind)
+
+
+def jacobian(f, x=None, out=None):
+    """Jacobian of f at x, shaped output.shape + input.shape.  Without x, the
+    cached, compiled, guarded transform: rt.jacobian(f)(x)."""
+    if x is None:
+        return _transform(f, "jacobian", x)
     if _tape_like(f):
         return f.jacobian(x, out)
     return _once(JacobianTape, f, x).jacobian(x, out)
 
 
-def hessian(f, x, out=None):
-    """Hessian of scalar f at x, shaped input.shape + input.shape."""
+def hessian(f, x=None, out=None):
+    """Hessian of scalar f at x, shaped input.shape + input.shape.  Without x,
+    the cached transform: rt.hessian(f)(x)."""
+    if x is None:
+        return _transform(f, "hessian", x)
     if _tape_like(f):
         return f.hessian(x, out)
     return _once(HessianTape, f, x).hessian(x, out)
 
 
-def hvp(f, x, v):
-    """Hessian-vector product H(x) v."""
+def hvp(f, x=None, v=None):
+    """Hessian-vector product H(x) v.  Without x, the cached transform:
+    rt.hvp(f)(x, v), as fast as ctape.hvp after its first call."""
+    if x is None and v is None:
+        return _transform(f, "hvp", None)
+    if v is None:
+        raise TypeError("rt.hvp(f, x, v) needs v (or call rt.hvp(f)(x, v))")
     if _tape_like(f):
         return f.hvp(x, v)
     return _once(HessianTape, f, x).hvp(x, v)

@@ -17,12 +17,14 @@ import dataclasses
 import math
 import threading
 import time
+import types
 
 import numpy as np
 
-from . import compiler
+from . import compiler, pytree
 from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, InputError,
                      OutputError, RevtapeError, VerificationError)
+from .errors import PicklingError
 from .tape import Tape, branch_changed, check_input, check_out
 
 try:
@@ -70,6 +72,7 @@ class CompiledTape:
         self._n_grad_inputs = n_grad
         self._kind = _kind_of(tape)
         self._parts = getattr(tape, "_parts", None)   # a HessianTape of a tuple input
+        self._treedef = getattr(tape, "_treedef", None)   # a pytree input (pytree.py)
         self._hess = None
         self._program = _program or compiler.compile_tape(tape, guards, n_grad)
         self._load(_pickled)
@@ -151,7 +154,7 @@ class CompiledTape:
         self._g_len = prog.n_grad
         self._fast_shape = (self._x_shape if self._single and not self._in_float[0]
                             and self._kind != "hessian" and prog.out_shape == ()
-                            and prog.n_grad == prog.n_in else None)
+                            and prog.n_grad == prog.n_in and self._treedef is None else None)
         # the strides of a C-contiguous array of that shape: what the pointer
         # caches compare against (strides can be changed in place)
         self._c_strides = (np.empty(self._fast_shape or 0, dtype=np.float64).strides
@@ -231,6 +234,8 @@ class CompiledTape:
     def _x_ptr(self, x):
         """A C pointer to x's values, laid end to end (a copy unless x is already a
         C-contiguous, aligned float64 array of the recorded shape)."""
+        if self._treedef is not None:
+            x = self._tree_leaves(x)
         if self._single:
             if (type(x) is not np.ndarray or x.dtype != _F64 or x.shape != self._x_shape
                     or not x.flags.c_contiguous or not x.flags.aligned):
@@ -251,6 +256,43 @@ class CompiledTape:
         # written from Python, so a concurrent caller cannot corrupt a replay
         return ffi.from_buffer("double[]", np.concatenate([np.ravel(v) for v in parts]
                                                           + [np.empty(0)]))
+
+    def _tree_leaves(self, tree, what="input"):
+        """A pytree input (or out=) as the leaf, or the tuple of leaves, it stands for."""
+        leaves = pytree.leaves_of(self._treedef, tree, what)
+        return leaves[0] if len(leaves) == 1 else tuple(leaves)
+
+    def _layout(self):
+        """The input's flat layout (api.Parts): flatten()/unflatten() go through it."""
+        if self._parts is not None:
+            return self._parts
+        layout = self.__dict__.get("_flat_layout")
+        if layout is None:
+            from .api import Parts
+            layout = Parts([np.empty(s) if not f else 0.0
+                            for s, f in zip(self._in_shapes, self._in_float)], self._treedef)
+            layout.legacy_single = self._single and self._treedef is None
+            self._flat_layout = layout
+        return layout
+
+    def flatten(self, x):
+        """x (a float, an array, a tuple or a pytree shaped like the recording
+        input) as one flat float64 vector: the layout bind() and the C program use."""
+        layout = self._layout()
+        if getattr(layout, "legacy_single", False):
+            x = (x,)
+        return layout.flatten(x)
+
+    def unflatten(self, vec):
+        """A flat vector (an input, or a gradient of a tape whose inputs are all
+        differentiated) in the recording input's structure."""
+        layout = self._layout()
+        vec = np.asarray(vec, dtype=np.float64)
+        if vec.shape != (layout.bounds[-1],):
+            raise InputError(f"unflatten() takes a flat vector of length {layout.bounds[-1]}, "
+                             f"got shape {vec.shape}")
+        res = layout.split_result(vec, None)
+        return res[0] if getattr(layout, "legacy_single", False) else res
 
     def _mark_replayed(self):
         if self._tape is not None:
@@ -282,6 +324,10 @@ class CompiledTape:
         another entry point replays the forward sweep at the same x once more
         to get them (it fails at the same guard)."""
         if report is None:
+            if xp is None:
+                # callers that replayed from the arena (x written there first) may
+                # pass no pointer: NULL tells the VM to read the inputs in place
+                xp = ffi.NULL
             report = ffi.new("rt_report *")
             st = _retry_busy(lambda: lib.rt_forward_report(self._p, xp, ffi.NULL, -1, report))
             if st != RT_GUARD_FAILED:
@@ -298,6 +344,9 @@ class CompiledTape:
         user's out."""
         if out is None:
             return np.empty(self._g_len), None
+        if self._treedef is not None:
+            self._tree_leaves(out, "out=")       # checked here, written by _split_grad
+            return np.empty(self._g_len), out
         if self._single and type(out) is np.ndarray:
             check_out(out, [np.empty(self._grad_shapes[0])])
             if out.flags.c_contiguous and out.flags.aligned:
@@ -309,6 +358,8 @@ class CompiledTape:
     def _split_grad(self, flat, user_out):
         if user_out is not None and flat is user_out:
             return user_out
+        if self._treedef is not None:
+            return self._tree_split(flat, user_out)
         parts, k = [], 0
         for shape in self._grad_shapes:
             size = int(np.prod(shape, dtype=np.int64))
@@ -322,6 +373,17 @@ class CompiledTape:
         res = [float(p) if s == () and isf else p for p, s, isf in
                zip(parts, self._grad_shapes, self._in_float)]
         return res[0] if len(res) == 1 else tuple(res)
+
+    def _tree_split(self, flat, user_out):
+        layout = self._layout()
+        if user_out is None:
+            return layout.split_result(flat, None)
+        leaves = pytree.leaves_of(self._treedef, user_out, "out=")
+        check_out(leaves[0] if len(leaves) == 1 else tuple(leaves),
+                  [np.empty(s) for s in layout.shapes])
+        for o, p_ in zip(leaves, layout.split(flat)):
+            o[...] = p_
+        return user_out
 
     # ------------------------------------------------ replay
     def forward(self, x):
@@ -422,6 +484,33 @@ class CompiledTape:
     def gradient(self, x, out=None):
         return self.value_and_gradient(x, out)[1]
 
+    def _value_gradient_extras(self, x):
+        """(value, gradient, [extra output values]) of one replay: the values of
+        tape._extra_ids (rt.grad's has_aux) read from the arena right after the
+        sweep.  Two such calls exclude each other (ConcurrentUseError); a replay
+        by another method of this same object from another thread between the
+        sweep and the read is not excluded -- one CompiledTape serves one
+        thread at a time, and rt.grad and the cached transforms give each
+        thread its own."""
+        lock = self.__dict__.get("_extras_lock")
+        if lock is None:
+            lock = self.__dict__.setdefault("_extras_lock", threading.Lock())
+        if not lock.acquire(blocking=False):
+            self._status(RT_BUSY)
+        try:
+            value, g = self.value_and_gradient(x)
+            extras = self._extras()
+        finally:
+            lock.release()
+        return value, g, extras
+
+    def _extras(self):
+        """The extra outputs' values left in the arena by the last replay (copies)."""
+        vals = self._vals
+        return [float(vals[off]) if shape == () else
+                vals[off:off + int(np.prod(shape, dtype=np.int64))].reshape(shape).copy()
+                for off, shape in self._program.extras]
+
     # ------------------------------------------------ batched replay
     def batch_value_and_gradient(self, X, out=None, threads=None):
         """Value and gradient at every row of X: ``(values[k], grads[(k,) + input
@@ -477,6 +566,8 @@ class CompiledTape:
     def _batch_rows(self, X):
         """X as a C-contiguous (k, n_in) float64 array, and k."""
         shapes = self._in_shapes
+        if self._treedef is not None:      # a pytree of stacks, shaped like the input
+            X = self._tree_leaves(X, "batch input")
         if self._single:
             parts = (X,)
         else:
@@ -511,6 +602,9 @@ class CompiledTape:
     def _batch_grad_out(self, out, k):
         if out is None:
             return np.empty((k, self._g_len)), None
+        if self._treedef is not None:
+            raise InputError("batched replay of a pytree input takes no out=; call it without "
+                             "out= (or bind flat buffers: ctape.flatten)")
         if self._single and len(self._grad_shapes) == 1:
             shape = (k,) + tuple(self._grad_shapes[0])
             if (type(out) is not np.ndarray or out.dtype != _F64 or out.shape != shape
@@ -539,6 +633,8 @@ class CompiledTape:
             for o, p_ in zip(user, parts):
                 o[...] = p_
             return user
+        if self._treedef is not None:      # stacks in the input's pytree structure
+            return pytree.unflatten(self._treedef, parts)
         return parts[0] if len(parts) == 1 else tuple(parts)
 
     def _use_wide(self, k):
@@ -630,13 +726,19 @@ class CompiledTape:
         stay as they were bound (shape, strides, writeability)."""
         if self._kind == "hessian" or self._program.out_shape != ():
             raise OutputError("bind() needs a gradient tape (scalar output)")
-        if not self._single or self._in_float[0]:
-            raise InputError("bind() needs a tape with one array input")
-        for name, buf in (("x_buf", x_buf), ("g_buf", g_buf)):
-            if (type(buf) is not np.ndarray or buf.dtype != _F64 or buf.shape != self._x_shape
+        # One array input binds buffers of its shape; any input (floats, tuples,
+        # pytrees) binds flat vectors in the layout of ctape.flatten(x): the C
+        # program reads its inputs from one contiguous run either way.
+        prog = self._program
+        flat_x, flat_g = (prog.n_in,), (prog.n_grad,)
+        shaped = self._single and not self._in_float[0] and self._treedef is None
+        for name, buf, flat in (("x_buf", x_buf, flat_x), ("g_buf", g_buf, flat_g)):
+            if (type(buf) is not np.ndarray or buf.dtype != _F64
+                    or (buf.shape != flat and not (shaped and buf.shape == self._x_shape))
                     or not buf.flags.c_contiguous):
-                raise InputError(f"{name} must be a C-contiguous float64 array of shape "
-                                 f"{self._x_shape}")
+                want = f"{self._x_shape} or {flat}" if shaped and self._x_shape != flat else flat
+                raise InputError(f"{name} must be a C-contiguous float64 array of shape {want}"
+                                 + ("" if shaped else " (the flat layout of ctape.flatten(x))"))
             if not buf.flags.aligned:
                 raise InputError(f"{name} is not aligned for float64 (e.g. np.frombuffer at an "
                                  "offset that is not a multiple of 8): bind a copy, "
@@ -653,7 +755,7 @@ class CompiledTape:
         # flattened into one C-level call.
         vg = _partial(vg, p, xp, value, gp)
 
-        def run():
+        def run(_pin):
             st = vg()
             if st:
                 status(st, xp)
@@ -662,7 +764,10 @@ class CompiledTape:
             return value[0]
 
         run.ctape = self          # keeps the program (and the buffers, via xp/gp) alive
-        return run
+        # A bound method (a C-level call, as cheap as the plain function) whose
+        # __self__ refuses to pickle with advice: the callable holds raw pointers
+        # into this process's buffers.
+        return types.MethodType(run, _BoundPin())
 
     def jacobian(self, x, out=None):
         """d output / d input at x (output.shape + input.shape): one reverse sweep per
@@ -686,12 +791,17 @@ class CompiledTape:
             size = int(np.prod(shape, dtype=np.int64))
             parts.append(J[:, k:k + size].reshape(tuple(yshape) + tuple(shape)))
             k += size
+        user_out = out
+        if out is not None and self._treedef is not None:
+            out = self._tree_leaves(out, "out=")
         if out is not None:
             outs = check_out(out, parts)
             for o, p_ in zip(outs, parts):
                 o[...] = p_
-            return out
+            return user_out
         parts = [np.ascontiguousarray(p_) for p_ in parts]
+        if self._treedef is not None:
+            return pytree.unflatten(self._treedef, parts)
         return parts[0] if len(parts) == 1 else tuple(parts)
 
     def vjp(self, x, w):
@@ -726,6 +836,8 @@ class CompiledTape:
     def _tangent_vector(self, v):
         """v, shaped like the differentiated input(s), as one flat float64 vector."""
         # nan/inf tangents are values, as nan/inf inputs are
+        if self._treedef is not None:
+            v = self._tree_leaves(v, "tangent v")
         if len(self._grad_shapes) == 1 and self._single:
             vflat = v
             if not (type(v) is _ND and v.dtype is _F64 and v.shape == self._grad_shapes[0]
@@ -842,6 +954,20 @@ class CompiledTape:
         # A native tape adds one argument (VM pickles keep their 4-tuple).
         return (_rebuild, (self._program.to_state(), self._tape, self._guards,
                            self._n_grad_inputs) + ((True,) if self._native else ()))
+
+
+class _BoundPin:
+    """The __self__ of a ctape.bind(...) callable: pickling it fails with advice."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        raise PicklingError("a ctape.bind(x_buf, g_buf) callable holds C pointers into this "
+                            "process's buffers and cannot be pickled; pickle the compiled tape "
+                            "(ctape) instead and call bind() again on the loaded copy")
+
+    def __deepcopy__(self, memo):
+        return self
 
 
 def _check_compilable(tape):

@@ -51,6 +51,7 @@ class Program:
     inputs: list                # [(offset, shape, is_float)] in tape order
     guards: list                # guard number -> (params, offset a, offset b)
     value_off: int = -1         # HessianTape: where f's value lives
+    extras: list = field(default_factory=list)   # [(offset, shape)] of tape._extra_ids
     format_version: int = FORMAT_VERSION
     op_table_hash: str = ops.OP_TABLE_HASH
     stats: dict = field(default_factory=dict)
@@ -141,6 +142,9 @@ class _Lowering:
         roots = {tape._output._id}
         if getattr(tape, "_value_id", None) is not None:
             roots.add(tape._value_id)
+        # extra outputs (rt.grad's has_aux values): kept, with their own slots,
+        # so every replay leaves this replay's values in the arena
+        roots.update(getattr(tape, "_extra_ids", ()))
         self.roots = roots
         live = set(roots)
         kept = []
@@ -176,7 +180,8 @@ class _Lowering:
             for a in args:
                 if a not in self.dep and a not in self.offset:
                     self.offset[a] = self._const(self.vals[a])
-        for r in (self.tape._output._id, getattr(self.tape, "_value_id", None)):
+        for r in (self.tape._output._id, getattr(self.tape, "_value_id", None),
+                  *getattr(self.tape, "_extra_ids", ())):
             if r is not None and r not in self.dep and r not in self.offset:
                 self.offset[r] = self._const(self.vals[r])
         self.n_fixed = self.const_base + len(self.const_vals)
@@ -538,6 +543,8 @@ class _Lowering:
             n_vals=self.next_free, out_off=self.offset[out_id],
             out_shape=tuple(_shp(self.vals[out_id])), inputs=self.input_layout,
             guards=self.guard_list, value_off=self.offset[vid] if vid is not None else -1,
+            extras=[(self.offset[i], tuple(_shp(self.vals[i])))
+                    for i in getattr(tape, "_extra_ids", ())],
             stats={"tape_instructions": len(tape._instrs), "kept": len(self.kept),
                    "program_instructions": len(self.words),
                    "callback_instructions": len(self.callbacks)},

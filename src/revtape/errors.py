@@ -1,5 +1,7 @@
 """The errors revtape raises.  Every one is a RevtapeError and says what to do."""
 
+import pickle as _pickle
+
 
 class RevtapeError(Exception):
     """Base class of every error revtape raises on purpose."""
@@ -53,3 +55,7 @@ class BranchChanged(RevtapeError):
 
 class StaleTape(RevtapeError):
     """A cached tape no longer matches the function (raised with on_stale='raise')."""
+
+
+class PicklingError(RevtapeError, _pickle.PicklingError):
+    """An object that cannot travel in a pickle (the message says what to pickle instead)."""

@@ -19,7 +19,7 @@ import weakref
 
 import numpy as np
 
-from . import ops
+from . import ops, pytree
 from .errors import (BranchChanged, InputError, OutputError, RevtapeError,
                      TapeFinishedError, TapeMixError, UnsupportedError)
 
@@ -174,6 +174,8 @@ class Tape:
     stops recording.  Replays (``forward``, ``gradient``, ...) re-run the
     recorded instructions at new inputs without calling the function again.
     """
+
+    _treedef = None               # a pytree input's structure (pytree.py); None otherwise
 
     def __init__(self):
         self._vals = []           # node id -> value (float or float64 ndarray)
@@ -374,7 +376,9 @@ class Tape:
     def _set_inputs(self, x):
         """Validate a replay input against the recorded inputs and store it."""
         n = len(self._inputs)
-        if n == 1:
+        if self._treedef is not None:
+            xs = tuple(pytree.leaves_of(self._treedef, x))
+        elif n == 1:
             xs = (x,)
         else:
             if not isinstance(x, (tuple, list)) or len(x) != n:
@@ -409,8 +413,9 @@ class Tape:
         adj = backprop(self._instrs, self._vals, self._output._id, seed, self._active_ids())
         return [adj.get(t._id) for t in self._inputs]
 
-    def _grads_out(self, grads, out):
-        """Input-shaped gradients, written into out= when given."""
+    def _grads_out(self, grads, out, tree=True):
+        """Input-shaped gradients, written into out= when given (tree=False: a
+        tuple of leaves even for a pytree input)."""
         res = []
         for t, g in zip(self._inputs, grads):
             rec = self._vals[t._id]
@@ -420,10 +425,26 @@ class Tape:
                 res.append(float(g))
             else:
                 res.append(np.array(np.broadcast_to(g, np.shape(rec)), dtype=np.float64))
+        if self._treedef is not None and tree:
+            return self._tree_out(res, out, [self._vals[t._id] for t in self._inputs])
         if out is not None:
             write_out(out, res, [self._vals[t._id] for t in self._inputs])
             return out
         return res[0] if len(res) == 1 else tuple(res)
+
+    def _out_leaves(self, out):
+        if self._treedef is None:
+            return out
+        leaves = pytree.leaves_of(self._treedef, out, "out=")
+        return leaves[0] if len(leaves) == 1 else tuple(leaves)
+
+    def _tree_out(self, res, out, templates):
+        """Results per leaf in the input's pytree structure (written into a tree out=)."""
+        if out is None:
+            return pytree.unflatten(self._treedef, res)
+        leaves = pytree.leaves_of(self._treedef, out, "out=")
+        write_out(leaves[0] if len(leaves) == 1 else tuple(leaves), res, templates)
+        return out
 
     def _scalar_output(self):
         if self._output is None:
@@ -459,7 +480,7 @@ class Tape:
         self._check_finished()
         self._scalar_output()
         if out is not None:
-            check_out(out, [self._vals[t._id] for t in self._inputs])
+            check_out(self._out_leaves(out), [self._vals[t._id] for t in self._inputs])
         value = self._replay(x)
         return value, self._grads_out(self._reverse(1.0), out)
 
@@ -471,7 +492,7 @@ class Tape:
         """Replay at x; returns d output / d input with shape output.shape + input.shape."""
         self._check_finished()
         if out is not None:
-            check_out(out, self._jacobian_templates())
+            check_out(self._out_leaves(out), self._jacobian_templates())
         y = self._replay(x)
         yshape = shape_of(y)
         rows = []
@@ -479,12 +500,14 @@ class Tape:
             seed = np.zeros(int(np.prod(yshape, dtype=np.int64)))
             seed[k] = 1.0
             seed = float(seed[0]) if yshape == () else seed.reshape(yshape)
-            rows.append(self._grads_out(self._reverse(seed), None))
+            rows.append(self._grads_out(self._reverse(seed), None, tree=False))
         res = []
         for i, t in enumerate(self._inputs):
             xshape = shape_of(self._vals[t._id])
             parts = [r if len(self._inputs) == 1 else r[i] for r in rows]
             res.append(np.array(parts, dtype=np.float64).reshape(tuple(yshape) + tuple(xshape)))
+        if self._treedef is not None:
+            return self._tree_out(res, out, self._jacobian_templates())
         if out is not None:
             write_out(out, res, self._jacobian_templates())
             return out

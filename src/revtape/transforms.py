@@ -21,29 +21,49 @@ RandomDrawWarning.
 Any failure re-records (``on_stale="rerecord"``, the default) or raises
 StaleTape (``on_stale="raise"``).  Up to 8 variants (recorded branches) are
 kept per cache key; past that the function is recorded on every call, with
-one warning.
+one warning, for EAGER_RETRY calls (doubling each time it thrashes again),
+then caching is tried again.  The cache keeps the cache_size most recently
+used keys.
 """
 
 import builtins
+import copy
 import functools
 import inspect
+import itertools
 import sys
+import threading
 import types
 import warnings
 from collections import namedtuple
+from struct import pack as _struct_pack
 
 import numpy as np
 
-from . import ops
+from . import functional, ops
+from .functional import _holds_tracked
 from .api import gc_paused
-from .compiled import CompiledTape
-from .errors import BranchChanged, InputError, OutputError, StaleTape
+from .compiled import CompiledTape, ffi as _ffi, lib as _lib
+from .errors import BranchChanged, InputError, OutputError, PicklingError, StaleTape
 from .tape import Tape
 from .watch import RandomDrawWarning, Watcher, _freeze
 
 MAX_VARIANTS = 8
+EAGER_RETRY = 32          # eager calls past MAX_VARIANTS before caching is tried again (doubles)
+DEFAULT_CACHE_SIZE = 64   # input structures kept (least recently used dropped first)
 _MISSING = object()
-CacheInfo = namedtuple("CacheInfo", "records replays branch_failures stale variants eager")
+CacheInfo = namedtuple("CacheInfo", "records replays branch_failures stale variants eager "
+                                    "size maxsize evictions")
+_NULL = _ffi.NULL
+_DOUBLES = _ffi.typeof("double[]")
+_from_buffer = _ffi.from_buffer
+_vg = _lib.rt_value_and_grad
+_copyto = np.copyto
+_memmove = _ffi.memmove
+_ND = np.ndarray
+_F64 = np.dtype(np.float64)
+_empty = np.empty
+_get_ident = threading.get_ident
 
 
 class StaleTapeWarning(RuntimeWarning):
@@ -418,117 +438,335 @@ def collect_guards(fn, watcher, pre, args=(), kwargs=None):
 
 
 # ---------------------------------------------------------------- the cached transform
+#
+# Threads.  One GradFunction may be called from many threads at once.  The
+# cache (keys -> entries -> variants) is shared and changed only under
+# self._lock, which never covers user code; each variant's compiled program is
+# replayed by one thread only: the recording thread uses the program it
+# compiled, every other thread a deep copy (which recompiles) made on its first
+# use there.  The copies compile the same tape, so every thread gets the bits
+# a serial caller would.  Entries' variant lists are tuples, replaced whole, so
+# a thread iterating one never sees it change.
+
+class _Replica:
+    """One thread's copy of a variant's compiled program, and the arena slots
+    its inputs are written to."""
+
+    __slots__ = ("ctape", "vg", "slots", "p", "value", "g", "g_ptr", "g_split", "status")
+
+    def __init__(self, ctape):
+        self.ctape = ctape
+        self.vg = ctape.value_and_gradient
+        # Inputs sit at the start of the arena, in order, each ravelled.  This
+        # replica belongs to one thread, so writing them straight into the arena
+        # and replaying with x = NULL is one memcpy per argument and no check:
+        # the argument's shape and dtype kind are already part of the cache key.
+        arena, k, slots = ctape._vals, 0, []
+        base = _from_buffer(_DOUBLES, arena)
+        for _, shape, _ in ctape.program.inputs:
+            n = int(np.prod(shape, dtype=np.int64))
+            slots.append((base + k, arena[k:k + n].reshape(shape), 8 * n))
+            k += n
+        self.slots = tuple(slots)
+        self.p = ctape._p
+        self.value = _ffi.new("double *")
+        self.status = ctape._status
+        shapes = ctape._grad_shapes
+        floats = ctape._in_float[:len(shapes)]
+        if len(shapes) == 1 and not floats[0]:
+            self.g, self.g_split = _empty(shapes[0]), None     # the gradient is a copy of g
+        else:
+            self.g, self.g_split = _empty(ctape._g_len), ctape._split_grad
+        self.g_ptr = _from_buffer(_DOUBLES, self.g)
+
+    def run(self, parts):
+        for (ptr, view, nbytes), a in zip(self.slots, parts):
+            if type(a) is _ND and a.dtype is _F64 and a.flags.c_contiguous:
+                _memmove(ptr, a, nbytes)
+            else:
+                _copyto(view, a, casting="unsafe")     # dtype kinds are checked in _split
+        st = _vg(self.p, _NULL, self.value, self.g_ptr)
+        if st:
+            self.status(st, _NULL)
+        g = self.g.copy()
+        return self.value[0], (g if self.g_split is None else self.g_split(g, None))
+
 
 class _Variant:
-    __slots__ = ("ctape", "guards", "check", "replay")
+    __slots__ = ("ctape", "guards", "check", "replicas", "draw_replay", "aux")
 
     def __init__(self, ctape, guards):
         self.ctape = ctape
         self.guards = guards
         self.check = guards.compiled_check()
-        self.replay = ctape.value_and_gradient
+        self.replicas = {threading.get_ident(): _Replica(ctape)}
+        self.draw_replay = None      # f draws from Generator arguments: _DrawInputs.replay
+        self.aux = None              # has_aux: the aux spec (functional.aux_spec)
+
+    def replica(self):
+        """This thread's replica, made on its first use here.  A thread id is
+        reused only after its thread ended, so a replica is never shared by two
+        live threads."""
+        ident = threading.get_ident()
+        r = self.replicas.get(ident)
+        if r is None:
+            r = self.replicas[ident] = _Replica(copy.deepcopy(self.ctape))
+        return r
 
 
 class _Entry:
-    __slots__ = ("variants", "eager")
+    __slots__ = ("variants", "eager", "eager_left", "backoff", "last", "layout")
 
     def __init__(self):
-        self.variants = []
-        self.eager = False
+        self.layout = None      # pytree arguments: functional.layout_of
+        self.last = 0           # a stamp from GradFunction._ticks: when last used
+        self.variants = ()
+        self.eager = False      # past MAX_VARIANTS: record every call for a while
+        self.eager_left = -1    # eager calls before caching is tried again (< 0: never)
+        self.backoff = EAGER_RETRY
+
+
+def _normalise_argnums(argnums):
+    if isinstance(argnums, (int, np.integer)) and not isinstance(argnums, bool):
+        return True, (int(argnums),)
+    try:
+        nums = tuple(argnums)
+    except TypeError:
+        raise InputError(f"argnums must be an int or a tuple of ints, got {argnums!r}") from None
+    if not nums:
+        raise InputError("argnums is empty: name at least one argument to differentiate")
+    if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in nums):
+        raise InputError(f"argnums must be ints, got {argnums!r}")
+    nums = tuple(int(i) for i in nums)
+    if len(set(nums)) != len(nums):
+        raise InputError(f"argnums {nums} names an argument twice; name each once "
+                         "(as jax.grad requires)")
+    return False, nums
 
 
 class GradFunction:
     """The function returned by rt.grad / rt.value_and_grad."""
 
-    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False):
+    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False, has_aux=False, *,
+                 cache_size=DEFAULT_CACHE_SIZE):
         if on_stale not in ("rerecord", "raise"):
             raise ValueError("on_stale must be 'rerecord' or 'raise'")
+        if not callable(fun):
+            raise InputError(f"rt.grad needs a callable, got {type(fun).__name__}")
+        if cache_size is not None and (not isinstance(cache_size, (int, np.integer))
+                                       or isinstance(cache_size, bool) or cache_size < 1):
+            raise InputError(f"cache_size must be a positive int or None (unbounded), "
+                             f"got {cache_size!r}")
         self.fun = fun
-        self._single = isinstance(argnums, int)
-        self.argnums = (argnums,) if self._single else tuple(argnums)
+        self._argnums_arg = argnums
+        self._single, self.argnums = _normalise_argnums(argnums)
         self.on_stale = on_stale
         self.with_value = with_value
-        self._cache = {}
-        self._stats = {"records": 0, "replays": 0, "branch_failures": 0, "stale": 0}
+        self.has_aux = has_aux
+        self.cache_size = None if cache_size is None else int(cache_size)
+        self._fast = self.argnums in ((0,), (-1,))     # g(x): one argument, differentiated
+        self._plans = {}                                # len(args) -> _plan(len(args))
+        self._reset()
+        functools.update_wrapper(self, fun, updated=())
+        if "__name__" not in self.__dict__:       # a partial or a callable object
+            inner = getattr(getattr(fun, "func", None), "__name__", None)
+            self.__name__ = f"partial({inner})" if inner else f"{type(fun).__name__} object"
+
+    def _reset(self):
+        self._cache = {}                 # key -> _Entry
+        self._lock = threading.Lock()
+        # The hot path takes no lock: a hit stamps its entry from a shared
+        # counter (next() on itertools.count is atomic), and replays are counted
+        # per thread (each thread writes only its own key).  Least recently
+        # used = smallest stamp, found when a new key is inserted.
+        self._ticks = itertools.count()
+        self._replays = {}
+        self._stats = {"records": 0, "branch_failures": 0, "stale": 0, "evictions": 0}
         self._warned = False
         self._warned_draws = False
-        functools.update_wrapper(self, fun, updated=())
 
     # ------------------------------------------------ call
     def __call__(self, *args, **kwargs):
-        key, diff, data = self._split(args, kwargs)
-        entry = self._cache.get(key)
-        if entry is None:
-            entry = self._cache[key] = _Entry()
-        elif entry.eager:
-            return self._eager(args, kwargs)
+        if self._fast and len(args) == 1 and not kwargs and type(args[0]) is np.ndarray:
+            a = args[0]
+            key, parts, argnums = (a.shape, a.dtype), None, (0,)
         else:
-            x = diff[0] if len(diff) == 1 and not data else tuple(diff + data)
+            try:
+                key, parts, argnums = self._split(args, kwargs)
+            except functional.Traced:           # inside an outer recording: trace through
+                argnums = self._plans.get(len(args)) or self._plan(len(args))
+                value, grads, aux = functional.traced_value_and_grads(
+                    self.fun, args, kwargs, argnums[0], self.has_aux)
+                return self._result((value, aux) if self.has_aux else value, grads)
+        entry = self._cache.get(key)
+        if entry is not None:
+            if entry.eager and not self._retry(entry):
+                return self._eager(args, kwargs, argnums)
             for i, v in enumerate(entry.variants):
                 reason = v.check()
                 if reason is not None:
-                    self._stats["stale"] += 1
+                    with self._lock:
+                        self._stats["stale"] += 1
                     if self.on_stale == "raise":
-                        raise StaleTape(f"the cached tape of {self.__name__} is stale: {reason}; "
-                                        "call again with on_stale='rerecord' or clear_cache()")
-                    entry.variants = []          # bindings changed: every variant is suspect
+                        raise StaleTape(f"the cached tape of {self.__name__} is stale: {reason}. "
+                                        "To re-record instead, create the transform with "
+                                        "rt.grad(f, on_stale='rerecord') (the default), or call "
+                                        f"{self.__name__}.clear_cache() first")
+                    with self._lock:
+                        entry.variants = ()        # bindings changed: every variant is suspect
                     break
+                ident = _get_ident()
+                r = v.replicas.get(ident) or v.replica()
                 try:
-                    value, grads = v.replay(x)
+                    if v.draw_replay is not None:
+                        value, grads = v.draw_replay((args[0],) if parts is None
+                                                     else tuple(parts))
+                    elif v.aux is not None:
+                        value, grads = functional.AuxReplay(r.ctape, v.aux)(
+                            args[0] if parts is None
+                            else (parts[0] if len(parts) == 1 else tuple(parts)))
+                    else:
+                        value, grads = r.vg(args[0]) if parts is None else r.run(parts)
                 except BranchChanged as e:
-                    self._stats["branch_failures"] += 1
+                    with self._lock:
+                        self._stats["branch_failures"] += 1
                     if self.on_stale == "raise":
                         raise StaleTape(f"the cached tape of {self.__name__} took another "
-                                        f"branch: {e}") from e
+                                        f"branch: {e}. To re-record instead, create the "
+                                        "transform with rt.grad(f, on_stale='rerecord') "
+                                        "(the default)") from e
                     continue
+                entry.last = next(self._ticks)
+                self._replays[ident] = self._replays.get(ident, 0) + 1
                 if i:
-                    entry.variants.insert(0, entry.variants.pop(i))
-                self._stats["replays"] += 1
-                if self._single and not self.with_value and type(grads) is not tuple:
-                    return grads
+                    with self._lock:              # most recently used first
+                        if v in entry.variants:
+                            entry.variants = (v,) + tuple(w for w in entry.variants
+                                                          if w is not v)
+                if entry.layout is not None:
+                    grads = functional.regroup(grads, entry.layout)
+                elif self._single and type(grads) is not tuple and not self.has_aux:
+                    return (value, grads) if self.with_value else grads
                 return self._result(value, grads)
-        return self._record(entry, args, kwargs)
+        return self._record(key, args, kwargs, argnums)
 
     def _split(self, args, kwargs):
-        """Cache key, differentiated values, and array data (tape inputs)."""
-        if len(args) == 1 and not kwargs and self.argnums == (0,):
-            a = args[0]
-            if type(a) is np.ndarray:
-                return (a.shape, a.dtype), [a], []
-        key, diff, data = [], [], []
+        """Cache key, the tape inputs' values (differentiated arguments in argnums
+        order, then float-array data in argument order), and argnums."""
+        argnums, diffs = self._plans.get(len(args)) or self._plan(len(args))
+        # a plain ndarray is never tracked: only other arguments are scanned
+        if kwargs and functional.any_tracked((), kwargs):
+            raise functional.Traced()
+        key, data = [], []
+        trees = {}
         for i, a in enumerate(args):
-            if i in self.argnums:
+            if type(a) is _ND:                       # the common case first
+                dt = a.dtype
+                if diffs[i]:
+                    if dt.kind not in "biuf":
+                        raise InputError(f"argument {i} is differentiated: pass a real float "
+                                         f"array, got dtype {dt}")
+                    key.append((a.shape, dt))
+                    continue
+                if dt.kind == "f":                   # data: a tape input
+                    key.append((None, a.shape, dt))
+                    data.append(a)
+                    continue
+            elif _holds_tracked(a, 0):
+                raise functional.Traced()
+            elif diffs[i]:
                 if isinstance(a, np.ndarray):
-                    key.append((a.shape, a.dtype.char))
+                    if a.dtype.kind not in "biuf":
+                        raise InputError(f"argument {i} is differentiated: pass a real float "
+                                         f"array, got dtype {a.dtype}")
+                    key.append((a.shape, a.dtype))
                 elif isinstance(a, (float, int, np.floating, np.integer)):
                     key.append("f")
+                elif functional.pytree.is_container(a):     # a pytree: its leaves are inputs
+                    k, trees[i] = functional.tree_key(a)
+                    key.append(k)
                 else:
-                    raise InputError(f"argument {i} is differentiated: pass a float or an array")
-                diff.append(a)
-            elif isinstance(a, np.ndarray) and a.dtype.kind == "f":
-                key.append(("data", a.shape, a.dtype.char))
-                data.append(a)
+                    raise InputError(f"argument {i} is differentiated: pass a float or an array, "
+                                     f"got {type(a).__name__}")
+                continue
+            key.append(("static", _static_key(a, f"argument {i}")))
+        if kwargs:
+            for k in sorted(kwargs):
+                key.append((k, _static_key(kwargs[k], f"keyword argument {k!r}")))
+        diff = []
+        for i in argnums:
+            if i in trees:
+                diff.extend(trees[i])
             else:
-                key.append(("static", _static_key(a)))
-        for k in sorted(kwargs):
-            key.append((k, _static_key(kwargs[k])))
-        return tuple(key), diff, data
+                diff.append(args[i])
+        return tuple(key), diff + data, argnums
 
-    def _record(self, entry, args, kwargs, proxy_draws=True):
-        if len(entry.variants) >= MAX_VARIANTS:
-            entry.eager = True
-            if not self._warned:
-                self._warned = True
-                warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
-                              "(branches or redefinitions keep changing); revtape now records it on "
-                              "every call without caching", StaleTapeWarning, stacklevel=3)
-            return self._eager(args, kwargs)
+    def _plan(self, n):
+        """(argnums with negatives resolved, a differentiated flag per position)
+        for a call with n positional arguments."""
+        if n == 0:
+            raise InputError(f"{self.__name__} was called without positional arguments; "
+                             f"it differentiates positional argument(s) {self._argnums_arg!r}: "
+                             "call it as g(x, ...)")
+        bad = [i for i in self.argnums if not -n <= i < n]
+        if bad:
+            raise InputError(f"argnums {self._argnums_arg!r} names argument {bad[0]}, but "
+                             f"{self.__name__} was called with {n} positional argument"
+                             f"{'s' if n != 1 else ''}")
+        argnums = tuple(i % n for i in self.argnums)
+        if len(set(argnums)) != len(argnums):
+            raise InputError(f"argnums {self._argnums_arg!r} names the same argument twice "
+                             f"for a call with {n} positional arguments")
+        plan = self._plans[n] = (argnums, tuple(i in argnums for i in range(n)))
+        return plan
+
+    def _retry(self, entry):
+        """True when an eager entry's pause is over and caching is tried again."""
+        with self._lock:
+            if entry.eager_left < 0:
+                return False
+            entry.eager_left -= 1
+            if entry.eager_left > 0:
+                return False
+            entry.eager = False
+            entry.variants = ()
+            return True
+
+    def _entry_for(self, key):
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is None:
+                cache = self._cache
+                while self.cache_size is not None and len(cache) >= self.cache_size:
+                    del cache[min(cache, key=lambda k: cache[k].last)]
+                    self._stats["evictions"] += 1
+                entry = cache[key] = _Entry()
+            entry.last = next(self._ticks)
+            if not entry.eager and len(entry.variants) >= MAX_VARIANTS:
+                entry.eager = True
+                entry.variants = ()
+                entry.eager_left = entry.backoff
+                entry.backoff = min(2 * entry.backoff, 64 * EAGER_RETRY)
+                warn, self._warned = not self._warned, True
+            else:
+                warn = False
+        if warn:
+            warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
+                          "(branches or redefinitions keep changing); revtape now records it on "
+                          f"every call, trying to cache it again after {entry.eager_left} calls",
+                          StaleTapeWarning, stacklevel=4)
+        return entry
+
+    def _record(self, key, args, kwargs, argnums, proxy_draws=True):
+        entry = self._entry_for(key)
+        if entry.eager:
+            return self._eager(args, kwargs, argnums)
         tape = Tape()
         targs = list(args)
-        for i in self.argnums:
-            targs[i] = tape.track(args[i])
+        for i in argnums:
+            targs[i] = functional.track_arg(tape, args[i])
         for i, a in enumerate(args):
-            if i not in self.argnums and isinstance(a, np.ndarray) and a.dtype.kind == "f":
+            if i not in argnums and type(a) is np.ndarray and a.dtype.kind == "f":
                 targs[i] = tape.track(a)
         pre = _pre_snapshots(self.fun)
         draws = _DrawInputs(tape, targs) if proxy_draws else None
@@ -542,9 +780,16 @@ class GradFunction:
             # f could not take its draws as tracked values (float(z), z.astype(int)):
             # put the generators back and record it with plain draws
             draws.rewind()
-            return self._record(entry, args, kwargs, proxy_draws=False)
+            return self._record(key, args, kwargs, argnums, proxy_draws=False)
+        if self.has_aux:
+            out, aux = functional.split_aux(out)
         tape.finish(out)
         tape._scalar_output()
+        spec = functional.aux_spec(tape, aux) if self.has_aux else None
+        _, parts, _ = self._split(args, kwargs)
+        n_diff = len(parts) - sum(1 for i, a in enumerate(args) if i not in argnums
+                                  and type(a) is np.ndarray and a.dtype.kind == "f")
+        entry.layout = functional.layout_of(args, argnums)
         if draws and not draws.exact(watcher):
             draws = None
             watcher.draws.append(("a draw from a Generator argument that cannot be replayed",
@@ -557,48 +802,76 @@ class GradFunction:
             # A compiled tape would replay these draws as constants.  Re-running
             # f on every call draws as f does; this call's answer is the
             # recording's own, so the generator advanced exactly once.
-            entry.eager = True
-            if not self._warned_draws:
-                self._warned_draws = True
+            with self._lock:
+                entry.eager = True
+                entry.eager_left = -1            # for good: not the variant cap's pause
+                entry.variants = ()
+                self._stats["records"] += 1
+                warn, self._warned_draws = not self._warned_draws, True
+            if warn:
                 warnings.warn(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
                               "revtape records it on every call so that each call draws afresh "
                               "(correct, but not compiled). Pass the noise in as an argument "
                               "to get a compiled replay", RandomDrawWarning, stacklevel=3)
-            self._stats["records"] += 1
             value = tape._vals[tape._output._id]
             grads = tape._grads_out(tape._reverse(1.0), None)
             if isinstance(grads, tuple):
-                grads = grads[:len(self.argnums)]         # not the data arguments
+                grads = grads[:n_diff]               # not the data arguments
+            if entry.layout is not None:
+                grads = functional.regroup(grads, entry.layout)
+            if self.has_aux:
+                value = (value, functional.plain_aux(aux))
             return self._result(value, grads)
         guards = collect_guards(self.fun, watcher, pre, args, kwargs)
-        ctape = CompiledTape(tape, n_grad=len(self.argnums))
-        self._stats["records"] += 1
+        ctape = CompiledTape(tape, n_grad=n_diff)
         variant = _Variant(ctape, guards)
-        entry.variants.insert(0, variant)
-        _, diff, data = self._split(args, kwargs)
-        x = diff + data
+        variant.aux = spec
+        if spec is not None:
+            def run(xs):
+                return functional.AuxReplay(variant.replica().ctape, spec)(
+                    xs[0] if len(xs) == 1 else tuple(xs))
+        else:
+            def run(xs):
+                return variant.replica().run(xs)
         if draws is not None:
-            variant.replay = draws.replay(ctape.value_and_gradient)
-            x = x + list(draws.recorded())
+            # each replay draws afresh from the same generators, into the
+            # calling thread's replica
+            variant.draw_replay = draws.replay(run)
+            parts = parts + list(draws.recorded())
+        with self._lock:
+            self._stats["records"] += 1
+            entry.variants = (variant,) + entry.variants
         try:
-            value, grads = ctape.value_and_gradient(x[0] if len(x) == 1 else x)
+            value, grads = run(parts)
         except BranchChanged:
             # C and numpy rounded a comparison differently at a tie: this point
             # is on a boundary; answer from the recording itself.
-            entry.variants.pop(0)
-            return self._eager(args, kwargs)
+            with self._lock:
+                entry.variants = tuple(w for w in entry.variants if w is not variant)
+            return self._eager(args, kwargs, argnums)
+        if entry.layout is not None:
+            grads = functional.regroup(grads, entry.layout)
         return self._result(value, grads)
 
-    def _eager(self, args, kwargs):
-        self._stats["records"] += 1
+    def _eager(self, args, kwargs, argnums):
+        with self._lock:
+            self._stats["records"] += 1
         tape = Tape()
         targs = list(args)
-        for i in self.argnums:
-            targs[i] = tape.track(args[i])
-        tape.finish(self.fun(*targs, **kwargs))
+        for i in argnums:
+            targs[i] = functional.track_arg(tape, args[i])
+        out = self.fun(*targs, **kwargs)
+        if self.has_aux:
+            out, aux = functional.split_aux(out)
+        tape.finish(out)
         tape._scalar_output()
         value = tape._vals[tape._output._id]
         grads = tape._grads_out(tape._reverse(1.0), None)
+        layout = functional.layout_of(args, argnums)
+        if layout is not None:
+            grads = functional.regroup(grads, layout)
+        if self.has_aux:
+            value = (value, functional.plain_aux(aux))
         return self._result(value, grads)
 
     def _result(self, value, grads):
@@ -606,15 +879,46 @@ class GradFunction:
             g = grads[0] if isinstance(grads, tuple) else grads
         else:
             g = grads if isinstance(grads, tuple) else (grads,)
+        if self.has_aux and not self.with_value:
+            return g, value[1]               # JAX: grad(f, has_aux=True) -> (grad, aux)
         return (value, g) if self.with_value else g
 
     # ------------------------------------------------ introspection
     def cache_info(self):
-        return CacheInfo(variants=sum(len(e.variants) for e in self._cache.values()),
-                         eager=any(e.eager for e in self._cache.values()), **self._stats)
+        """records, replays, branch_failures, stale, variants, eager (an input
+        structure is being recorded on every call), size (cached input
+        structures), maxsize (cache_size) and evictions (structures dropped as
+        least recently used)."""
+        with self._lock:
+            entries = list(self._cache.values())
+            stats = dict(self._stats)
+            stats["replays"] = sum(list(self._replays.values()))
+        return CacheInfo(variants=sum(len(e.variants) for e in entries),
+                         eager=any(e.eager for e in entries), size=len(entries),
+                         maxsize=self.cache_size, **stats)
 
     def clear_cache(self):
-        self._cache.clear()
+        with self._lock:
+            self._cache.clear()
+
+    # ------------------------------------------------ copies and pickles
+    # A copy or a pickle carries f and the options, never the cache: compiled
+    # programs are rebuilt (and guards collected against the copy's own
+    # objects) on the copy's first call.
+    def _options(self):
+        return (self._argnums_arg, self.on_stale, self.with_value, self.cache_size, self.has_aux)
+
+    def __copy__(self):
+        return _rebuild_grad(self.fun, *self._options())
+
+    def __deepcopy__(self, memo):
+        new = _rebuild_grad(copy.deepcopy(self.fun, memo), *self._options())
+        memo[id(self)] = new
+        return new
+
+    def __reduce__(self):
+        _check_picklable(self.fun, self.__name__)
+        return (_rebuild_grad, (self.fun,) + self._options())
 
 
 class _DrawingGenerator(np.random.Generator):
@@ -714,22 +1018,91 @@ class _DrawInputs:
         return replay
 
 
-def _static_key(a):
+def _rebuild_grad(fun, argnums, on_stale, with_value, cache_size, has_aux=False):
+    return GradFunction(fun, argnums, on_stale, with_value, has_aux, cache_size=cache_size)
+
+
+def _check_picklable(fun, name):
+    """pickle stores a Python function by reference (module and qualified name)
+    and fails on a lambda or a nested function with a message about attribute
+    lookup; say what to do instead.  Picklers that store functions by value
+    (cloudpickle, used by dask and Ray; dill) are left to do so."""
+    if not isinstance(fun, types.FunctionType):
+        return                   # bound methods, partials, objects: pickle's own rules
+    obj = sys.modules.get(fun.__module__)
+    for part in fun.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+    if obj is fun:
+        return
+    frame = sys._getframe(2)
+    for _ in range(32):
+        if frame is None:
+            break
+        mod = frame.f_globals.get("__name__", "")
+        if "cloudpickle" in mod or mod.split(".")[0] == "dill":
+            return
+        frame = frame.f_back
+    raise PicklingError(
+        f"cannot pickle rt.grad({fun.__qualname__}): pickle stores a function by reference "
+        f"(module {fun.__module__!r}, name {fun.__qualname__!r}), and a lambda or a function "
+        "defined inside another function cannot be found that way. Define the function at "
+        "the top level of a module, or pickle with cloudpickle (which stores it by value)")
+
+
+def _float_bits(x):
+    # the bit pattern: -0.0 and 0.0 are different keys, nan equals itself
+    return _struct_pack("<d", x)
+
+
+def _static_key(a, where="argument"):
+    """The cache key of a static argument, by value.
+
+    numbers and strings by (type, value), floats by their bits; tuples, lists,
+    dicts and sets of keyable values recursively; numpy arrays that are not
+    data (ints, bools, or inside a container) by dtype, shape and bytes; any
+    other hashable object by its own hash and ==; anything else is refused.
+    """
+    t = type(a)
+    if t is float or isinstance(a, np.floating):
+        return (t, _float_bits(float(a)))
+    if t in (int, bool, str, bytes, type(None)) or isinstance(a, (np.integer, np.bool_)):
+        return (t, a)
+    if isinstance(a, (complex, np.complexfloating)):
+        return (t, _float_bits(a.real), _float_bits(a.imag))
+    if isinstance(a, (tuple, list)):
+        return (t, tuple(_static_key(v, where) for v in a))
+    if isinstance(a, dict):
+        return (t, tuple((_static_key(k, where), _static_key(v, where)) for k, v in a.items()))
+    if isinstance(a, (set, frozenset)):
+        return (t, frozenset(_static_key(v, where) for v in a))
     if isinstance(a, np.ndarray):
-        return ("array", a.shape, a.dtype.str, a.tobytes())
+        if a.dtype.hasobject:
+            return (t, a.shape, _static_key(a.tolist(), where))
+        return (t, a.dtype.str, a.shape, a.tobytes())
+    if getattr(a, "_is_tracked", False):
+        raise InputError(f"{where} is a tracked value but not in argnums; add its position "
+                         "to argnums to differentiate it")
     try:
         hash(a)
-        return (type(a), a)
     except TypeError:
-        return ("id", id(a))
+        raise InputError(
+            f"{where} ({t.__name__}) is static -- neither differentiated (argnums) nor a float "
+            "array (data) -- and rt.grad keys its cache by the value of static arguments, but "
+            f"a {t.__name__} is unhashable. Make it hashable (a tuple, a frozen dataclass), or "
+            "pass it through a closure: rt.grad(lambda x: f(x, arg))") from None
+    return (t, a)     # kept alive by the cache: its id is never reused while cached
 
 
-def grad(fun, argnums=0, on_stale="rerecord"):
+def grad(fun, argnums=0, on_stale="rerecord", has_aux=False, *, cache_size=DEFAULT_CACHE_SIZE):
     """grad(f)(x) -> gradient; recorded and compiled on the first call per input
-    structure, replayed after, re-recorded when a guard fails."""
-    return GradFunction(fun, argnums, on_stale, with_value=False)
+    structure, replayed after, re-recorded when a guard fails.  The cache keeps
+    the `cache_size` most recently used input structures (None: unbounded)."""
+    return GradFunction(fun, argnums, on_stale, with_value=False, has_aux=has_aux,
+                        cache_size=cache_size)
 
 
-def value_and_grad(fun, argnums=0, on_stale="rerecord"):
+def value_and_grad(fun, argnums=0, on_stale="rerecord", has_aux=False, *,
+                   cache_size=DEFAULT_CACHE_SIZE):
     """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad."""
-    return GradFunction(fun, argnums, on_stale, with_value=True)
+    return GradFunction(fun, argnums, on_stale, with_value=True, has_aux=has_aux,
+                        cache_size=cache_size)

@@ -1,0 +1,353 @@
+"""JAX-shaped transforms from the user's side: pytree arguments to rt.grad,
+has_aux, nested rt.grad, and (below) the cached rt.jacobian/hessian/hvp(f)
+transforms and rt.jvp / rt.vjp."""
+
+import collections
+
+import numpy as np
+import pytest
+
+import revtape as rt
+
+P = collections.namedtuple("P", "mu logs")
+DATA = np.array([1.0, 2.0, 3.5])
+
+
+def normal_ll(p, data):
+    s = np.exp(p.logs)
+    r = (data - p.mu) / s
+    return -0.5 * np.sum(r ** 2) - data.size * p.logs
+
+
+def normal_ll_grad(p, data):
+    s2 = np.exp(2 * p.logs)
+    return P(float(np.sum(data - p.mu) / s2), float(np.sum((data - p.mu) ** 2) / s2 - data.size))
+
+
+# ---------------------------------------------------------------- pytrees in rt.grad
+
+def test_grad_of_a_namedtuple_and_a_dict_comes_back_in_the_same_structure():
+    g = rt.grad(normal_ll)
+    for mu, logs in [(0.5, 0.1), (1.5, -0.3), (2.0, 0.7)]:
+        got = g(P(mu, logs), DATA)
+        assert type(got) is P
+        np.testing.assert_allclose(got, normal_ll_grad(P(mu, logs), DATA), rtol=1e-13)
+    assert g.cache_info().records == 1 and g.cache_info().replays == 2
+    # data changes without re-recording (it is a tape input)
+    np.testing.assert_allclose(g(P(0.5, 0.1), DATA + 1), normal_ll_grad(P(0.5, 0.1), DATA + 1),
+                               rtol=1e-13)
+    assert g.cache_info().records == 1
+
+    f = lambda d: np.sum(d["w"] ** 2) * d["b"][0] + d["b"][1]
+    vg = rt.value_and_grad(f)
+    v, gd = vg({"w": np.array([1.0, 2.0]), "b": [3.0, 4.0]})
+    assert v == 19.0
+    assert set(gd) == {"w", "b"}
+    np.testing.assert_array_equal(gd["w"], [6.0, 12.0])
+    np.testing.assert_array_equal(gd["b"], [5.0, 1.0])   # a list of numbers is an array
+
+
+def test_a_new_structure_is_a_new_cache_entry_and_argnums_mixes_trees_and_arrays():
+    f = lambda a, t: np.sum(a * t["x"]) + t["y"] ** 2
+    g = rt.grad(f, argnums=(0, 1))
+    ga, gt = g(np.ones(2), {"x": np.array([2.0, 3.0]), "y": 1.5})
+    np.testing.assert_array_equal(ga, [2.0, 3.0])
+    np.testing.assert_array_equal(gt["x"], [1.0, 1.0])
+    assert gt["y"] == 3.0
+    g2 = rt.grad(lambda t: sum(v ** 2 for v in t))
+    assert g2((1.0, 2.0)) == (2.0, 4.0)          # a tuple argument is one pytree, as in JAX
+    assert g2((1.0, 2.0, 3.0)) == (2.0, 4.0, 6.0)
+    assert g2.cache_info().records == 2
+
+
+# ---------------------------------------------------------------- has_aux
+
+def model_with_aux(p, data):
+    s = np.exp(p["logs"])
+    r = (data - p["mu"]) / s
+    return -0.5 * np.sum(r ** 2) - data.size * p["logs"], {"resid": r, "scale": s, "n": data.size}
+
+
+def test_has_aux_returns_this_calls_aux_values_at_every_replay():
+    g = rt.grad(model_with_aux, has_aux=True)
+    vg = rt.value_and_grad(model_with_aux, has_aux=True)
+    for k in range(4):
+        p = {"mu": 0.5 + 0.3 * k, "logs": 0.1 * k - 0.2}
+        grads, aux = g(p, DATA)
+        s = np.exp(p["logs"])
+        np.testing.assert_allclose(aux["resid"], (DATA - p["mu"]) / s, rtol=1e-15)
+        assert aux["scale"] == pytest.approx(s, rel=1e-15) and isinstance(aux["scale"], float)
+        assert aux["n"] == 3
+        ref = normal_ll_grad(P(p["mu"], p["logs"]), DATA)
+        assert grads["mu"] == pytest.approx(ref.mu, rel=1e-13)
+        assert grads["logs"] == pytest.approx(ref.logs, rel=1e-13)
+        (value, aux2), grads2 = vg(p, DATA)
+        assert value == pytest.approx(normal_ll(P(p["mu"], p["logs"]), DATA), rel=1e-14)
+        np.testing.assert_array_equal(aux2["resid"], aux["resid"])
+        assert grads2 == grads
+    assert g.cache_info().records == 1 and g.cache_info().replays == 3
+
+
+def test_aux_values_that_do_not_reach_the_output_are_still_computed_each_call():
+    def f(x):
+        unused = np.exp(x) * 3.0            # nothing of it reaches the output
+        return np.sum(x ** 2), unused
+
+    g = rt.grad(f, has_aux=True)
+    for x in (np.array([0.1, 0.2]), np.array([1.0, -1.0])):
+        grad, aux = g(x)
+        np.testing.assert_allclose(grad, 2 * x)
+        np.testing.assert_allclose(aux, np.exp(x) * 3.0, rtol=1e-15)
+
+
+def test_has_aux_needs_a_pair():
+    with pytest.raises(rt.OutputError, match="pair"):
+        rt.grad(lambda x: x ** 2, has_aux=True)(1.0)
+
+
+# ---------------------------------------------------------------- nested grad
+
+def test_nested_grad_is_the_analytic_second_derivative():
+    f = lambda x: x ** 3 * np.sin(x)
+    d2 = rt.grad(rt.grad(f))
+    for x in (0.5, 1.5, -2.0):
+        exact = 6 * x * np.sin(x) + 6 * x ** 2 * np.cos(x) - x ** 3 * np.sin(x)
+        assert d2(x) == pytest.approx(exact, rel=1e-13)
+    assert d2.cache_info().records == 1          # the outer transform is cached and compiled
+    d3 = rt.grad(rt.grad(rt.grad(lambda x: np.exp(2 * x) * x)))
+    assert d3(0.7) == pytest.approx(np.exp(1.4) * (8 * 0.7 + 12), rel=1e-12)
+
+
+def test_nested_grad_through_a_branch_and_of_an_array_sum():
+    def f(x):
+        return x ** 4 if x > 0 else -x ** 3
+    d2 = rt.grad(rt.grad(f))
+    assert d2(1.5) == pytest.approx(12 * 1.5 ** 2)
+    assert d2(-1.5) == pytest.approx(-6 * -1.5)      # other branch: re-recorded, not stale
+    # the outer function of an inner gradient of an array
+    h = rt.grad(lambda a: np.sum(rt.grad(lambda x: np.sum(x ** 3))(a)))
+    np.testing.assert_allclose(h(np.array([1.0, 2.0])), [6.0, 12.0])
+
+
+# ---------------------------------------------------------------- cached jacobian/hessian/hvp
+
+def rosen(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def rosen_hess(x):
+    n = x.size
+    H = np.zeros((n, n))
+    for i in range(n - 1):
+        H[i, i] += 1200 * x[i] ** 2 - 400 * x[i + 1] + 2
+        H[i, i + 1] -= 400 * x[i]
+        H[i + 1, i] -= 400 * x[i]
+        H[i + 1, i + 1] += 200
+    return H
+
+
+def test_hessian_and_hvp_transforms_are_cached_and_match_the_analytic_hessian():
+    H, hvp = rt.hessian(rosen), rt.hvp(rosen)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x, v = rng.normal(size=5), rng.normal(size=5)
+        np.testing.assert_allclose(H(x), rosen_hess(x), rtol=1e-12)
+        np.testing.assert_allclose(hvp(x, v), rosen_hess(x) @ v, rtol=1e-12)
+    assert H.cache_info().records == 1 and H.cache_info().replays == 3
+    assert hvp.cache_info().records == 1 and hvp.cache_info().replays == 3
+    # with x they keep their one-shot meaning
+    x = rng.normal(size=5)
+    np.testing.assert_allclose(rt.hessian(rosen, x), rosen_hess(x), rtol=1e-12)
+    np.testing.assert_allclose(rt.hvp(rosen, x, np.ones(5)), rosen_hess(x) @ np.ones(5), rtol=1e-12)
+
+
+def test_jacobian_transform_with_static_arguments_and_pytrees():
+    f = lambda x, k: np.sin(x) * x[0] ** k
+    J = rt.jacobian(f)
+    x = np.array([0.3, 0.5, 0.7])
+    for k in (1, 2, 1):
+        exact = np.diag(np.cos(x) * x[0] ** k)
+        exact[:, 0] += np.sin(x) * k * x[0] ** (k - 1)
+        np.testing.assert_allclose(J(x, k), exact, rtol=1e-14)
+    assert J.cache_info().records == 2            # k is static: one entry per value
+    Jt = rt.jacobian(lambda p: p["a"] * p["b"])({"a": np.array([1.0, 2.0]), "b": 3.0})
+    np.testing.assert_array_equal(Jt["a"], 3 * np.eye(2))
+    np.testing.assert_array_equal(Jt["b"], [1.0, 2.0])
+    hv = rt.hvp(lambda p: p["a"] ** 2 * p["b"] ** 3)({"a": 1.5, "b": 2.0}, {"a": 1.0, "b": 0.0})
+    assert hv == {"a": pytest.approx(16.0), "b": pytest.approx(36.0)}
+
+
+def test_cached_transforms_rerecord_on_branches_and_redefinitions():
+    state = {"scale": 1.0}
+
+    def f(x):
+        if x[0] > 0:
+            return np.sum(x ** 4) * state["scale"]
+        return np.sum(x ** 2)
+
+    H = rt.hessian(f)
+    np.testing.assert_allclose(H(np.array([1.0, 2.0])), np.diag([12.0, 48.0]))
+    np.testing.assert_allclose(H(np.array([-1.0, 2.0])), 2 * np.eye(2))     # other branch
+    assert H.cache_info().branch_failures == 1
+    state["scale"] = 2.0                          # a small dict the function read
+    np.testing.assert_allclose(H(np.array([1.0, 2.0])), np.diag([24.0, 96.0]))
+    assert H.cache_info().stale >= 1
+    strict = rt.hessian(f)
+    strict.on_stale = "raise"
+    strict(np.array([1.0, 2.0]))
+    with pytest.raises(rt.StaleTape):
+        strict(np.array([-1.0, 2.0]))
+
+
+def test_jvp_and_vjp_follow_jax():
+    f = lambda a, b: a * np.sin(b)
+    b = np.array([0.2, 0.4])
+    out, tan = rt.jvp(f, (2.0, b), (1.0, np.array([0.0, 1.0])))
+    np.testing.assert_allclose(out, 2.0 * np.sin(b))
+    np.testing.assert_allclose(tan, np.sin(b) + 2.0 * np.cos(b) * [0.0, 1.0], rtol=1e-15)
+    out, vjp_fun = rt.vjp(f, 2.0, b)
+    ga, gb = vjp_fun(np.array([1.0, 0.0]))
+    assert ga == pytest.approx(np.sin(0.2))
+    np.testing.assert_allclose(gb, [2.0 * np.cos(0.2), 0.0])
+    ga, gb = vjp_fun(np.array([0.0, 1.0]))           # reusable: another reverse sweep
+    assert ga == pytest.approx(np.sin(0.4))
+    (gd,) = rt.vjp(lambda d: d["x"] * 2.0, {"x": np.ones(2)})[1](np.array([1.0, 3.0]))
+    np.testing.assert_array_equal(gd["x"], [2.0, 6.0])
+    # the cached form, value first
+    jv = rt.jvp(lambda x: np.exp(x) * x[0])
+    x, v = np.array([0.5, 1.0]), np.array([1.0, 0.0])
+    y, t = jv(x, v)
+    np.testing.assert_allclose(y, np.exp(x) * 0.5)
+    np.testing.assert_allclose(t, np.exp(x) * 0.5 * v + np.exp(x), rtol=1e-15)
+
+
+def test_cached_transforms_serve_many_threads():
+    import threading
+    hvp = rt.hvp(rosen)
+    rng = np.random.default_rng(1)
+    xs, vs = rng.normal(size=(8, 4)), rng.normal(size=(8, 4))
+    hvp(xs[0], vs[0])
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(200):
+                np.testing.assert_allclose(hvp(xs[k], vs[k]), rosen_hess(xs[k]) @ vs[k],
+                                           rtol=1e-12)
+        except Exception as e:                     # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert hvp.cache_info().records == 1
+
+
+def test_static_arguments_of_cached_transforms_are_keyed_by_value():
+    J = rt.jacobian(lambda x, w: x * np.asarray(w))
+    x = np.ones(2)
+    np.testing.assert_array_equal(J(x, [1.0, 2.0]), np.diag([1.0, 2.0]))
+    np.testing.assert_array_equal(J(x, [3.0, 4.0]), np.diag([3.0, 4.0]))     # new list, new key
+    np.testing.assert_array_equal(J(x, [1.0, 2.0]), np.diag([1.0, 2.0]))
+    assert J.cache_info().records == 2
+
+    class Unhashable:
+        __hash__ = None
+
+    with pytest.raises(rt.InputError, match="hashable"):
+        J(x, Unhashable())
+
+
+def test_transforms_compose_jacobian_of_grad_is_the_hessian():
+    H = rt.jacobian(rt.grad(rosen))
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = rng.normal(size=4)
+        np.testing.assert_allclose(H(x), rosen_hess(x), rtol=1e-12, atol=1e-9)
+    assert H.cache_info().records == 1
+    # has_aux inside an outer recording: the aux is traced too
+    f = lambda x: (x ** 3, {"sq": x ** 2})
+    g = rt.grad(lambda x: rt.grad(f, has_aux=True)(x)[0] + rt.grad(f, has_aux=True)(x)[1]["sq"])
+    assert g(2.0) == pytest.approx(6 * 2.0 + 2 * 2.0)
+    assert g(-1.0) == pytest.approx(6 * -1.0 + 2 * -1.0)
+
+
+def test_cached_transforms_and_tree_hessian_tapes_copy_and_pickle():
+    import copy
+    import pickle
+    hvp = rt.hvp(rosen)
+    x, v = np.array([0.5, -0.3, 0.2]), np.array([1.0, 2.0, 3.0])
+    want = hvp(x, v)
+    for other in (copy.deepcopy(hvp), pickle.loads(pickle.dumps(hvp))):
+        np.testing.assert_array_equal(other(x, v), want)
+        assert other.cache_info().records == 1
+    f = lambda p: p["a"] ** 2 * np.sum(p["b"] ** 3)
+    t = {"a": 1.5, "b": np.array([1.0, 2.0])}
+    ch = rt.compile(rt.HessianTape(f, t))
+    for other in (copy.deepcopy(ch), pickle.loads(pickle.dumps(ch))):
+        H = other.hessian(t)
+        assert float(H["a"]["a"]) == pytest.approx(2 * 9.0)
+        np.testing.assert_allclose(H["b"]["b"], np.diag(6 * 1.5 ** 2 * t["b"]))
+
+
+def test_aux_values_survive_fusions_aliases_and_gathers():
+    def f(x):
+        a = x[0] * x[1]                    # would fuse into an AXPY
+        s = x[2] + a
+        u = s + x[0] + x[1]                # a CSUM chain
+        w = u + x[2]
+        return w, {"x": x, "x1": x[1], "a": a, "s": s, "u": u, "take": x[[0, 2]], "c": 3.0}
+
+    g = rt.grad(f, has_aux=True)
+    for x in (np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 4.0])):
+        grad, aux = g(x)
+        a = x[0] * x[1]
+        s = x[2] + a
+        np.testing.assert_array_equal(grad, [x[1] + 1, x[0] + 1, 2.0])
+        np.testing.assert_array_equal(aux["x"], x)
+        assert aux["x"] is not x                   # a copy, never the caller's array
+        assert (aux["x1"], aux["a"], aux["s"], aux["u"]) == (x[1], a, s, s + x[0] + x[1])
+        np.testing.assert_array_equal(aux["take"], x[[0, 2]])
+        assert aux["c"] == 3.0
+
+
+def test_nested_grad_returns_gradients_in_argnums_order_and_takes_trees():
+    inner = rt.grad(lambda a, b: a ** 2 * b ** 3, argnums=(1, 0))     # (d/db, d/da)
+    outer = rt.grad(lambda x, y: inner(x, y)[0])                       # d/dx of 3 x^2 y^2
+    assert outer(1.5, 2.0) == pytest.approx(6 * 1.5 * 4.0)
+    tree_inner = rt.grad(lambda p: p["a"] ** 2 * p["b"])
+    h = rt.grad(lambda x: tree_inner({"a": x, "b": 3.0})["a"])          # d/dx of 6x
+    assert h(0.7) == pytest.approx(6.0)
+
+
+def test_has_aux_and_pytrees_with_generator_draws_replayed_fresh():
+    def f(p, rng):
+        z = rng.standard_normal(3)
+        w = p["mu"] + np.exp(p["ls"]) * z
+        return np.sum(w ** 2), {"w": w}
+
+    g = rt.grad(f, has_aux=True)
+    rng, twin = np.random.default_rng(1), np.random.default_rng(1)
+    p = {"mu": np.array([0.1, 0.2, 0.3]), "ls": 0.5}
+    for _ in range(3):
+        grads, aux = g(p, rng)
+        z = twin.standard_normal(3)
+        w = p["mu"] + np.exp(0.5) * z
+        np.testing.assert_allclose(aux["w"], w, rtol=1e-14)
+        np.testing.assert_allclose(grads["mu"], 2 * w, rtol=1e-14)
+        assert grads["ls"] == pytest.approx(np.sum(2 * w * np.exp(0.5) * z), rel=1e-13)
+    assert g.cache_info().records == 1
+
+
+def test_cached_transforms_never_freeze_random_draws():
+    rng = np.random.default_rng(5)
+    noise = lambda x: np.sum(x ** 2 * rng.standard_normal(2))
+    H = rt.hessian(noise)
+    with pytest.warns(rt.RandomDrawWarning):
+        h1 = H(np.ones(2))
+    h2 = H(np.ones(2))
+    assert not np.array_equal(h1, h2)              # drawn afresh, not replayed as constants
+    assert H.cache_info().variants == 0
