@@ -1788,3 +1788,10 @@ int rt_batch_wide(rt_program *pw, int64_t B, int64_t n_in, int64_t n_grad, int64
         *row = r0 < k ? r0 : k;
     return rt_release(pw, st);
 }
+
+int rt_call_native(rt_native_fn fn, rt_program *p, const double *x, double *a, double *b)
+{
+    if (fn == NULL || p == NULL)
+        return RT_BADARG;
+    return fn(p, x, a, b);
+}

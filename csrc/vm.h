@@ -157,6 +157,13 @@ int rt_batch_wide(rt_program *pw, int64_t B, int64_t n_in, int64_t n_grad, int64
                   int32_t with_grad, int64_t k, const double *X, double *values, double *G,
                   int64_t *row);
 
+/* The native tier (src/revtape/native.py): an entry point of a generated
+ * library (rtn_value_and_grad: x, value, g; rtn_forward: x, y, unused), same
+ * contract as rt_value_and_grad / rt_forward, called through here so that a
+ * replay costs one API-mode cffi call instead of a libffi call. */
+typedef int (*rt_native_fn)(rt_program *p, const double *x, double *a, double *b);
+int rt_call_native(rt_native_fn fn, rt_program *p, const double *x, double *a, double *b);
+
 /* Hash of the op table this VM was generated from (see ops_generated.h). */
 const char *rt_op_table_hash(void);
 int32_t rt_num_ops(void);

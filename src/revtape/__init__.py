@@ -26,10 +26,11 @@ __version__ = "0.1.0"
 from .structure import array  # noqa: E402  (rt.array: lists mixing tracked values and floats)
 
 
-def compile(tape, guards=True):
-    """Lower a finished tape into a flat C program: a CompiledTape."""
+def compile(tape, guards=True, native=False):
+    """Lower a finished tape into a flat C program: a CompiledTape.  native=True also
+    translates it to C compiled by the system compiler (README: Native tier)."""
     from .compiled import CompiledTape
-    return CompiledTape(tape, guards=guards)
+    return CompiledTape(tape, guards=guards, native=native)
 
 
 def __getattr__(name):

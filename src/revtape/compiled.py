@@ -51,6 +51,7 @@ _empty = np.empty
 _DOUBLES = ffi.typeof("double[]")
 _from_buffer = ffi.from_buffer
 _vg = lib.rt_value_and_grad
+from functools import partial as _partial
 
 
 def _new_double(_new=ffi.new, _t=ffi.typeof("double *")):
@@ -60,7 +61,10 @@ def _new_double(_new=ffi.new, _t=ffi.typeof("double *")):
 class CompiledTape:
     """A tape lowered to the C VM.  Same replay methods as Tape, run in C."""
 
-    def __init__(self, tape, guards=True, n_grad=None, _program=None, _pickled=False):
+    def __init__(self, tape, guards=True, n_grad=None, _program=None, _pickled=False,
+                 native=False):
+        if native not in (False, True, "auto"):
+            raise InputError(f"native must be False, True or 'auto', not {native!r}")
         if _program is None:
             _check_compilable(tape)
         self._tape = tape
@@ -72,6 +76,11 @@ class CompiledTape:
         self._hess = None
         self._program = _program or compiler.compile_tape(tape, guards, n_grad)
         self._load(_pickled)
+        # native="auto" is, for now, the VM (README: Native tier).
+        self._native = native is True
+        if self._native:
+            from . import native as _native
+            _native.attach(self)
 
     # ------------------------------------------------ building
     def _load(self, pickled=False):
@@ -129,6 +138,7 @@ class CompiledTape:
             self._ws_handle = ffi.new_handle(self._ws)
             p.callback_ctx = self._ws_handle
         self._p = p
+        self._vgf, self._fwf = lib.rt_value_and_grad, lib.rt_forward   # the native tier swaps these
         # What the tape reads its last compiled replay from (tape._replayed_by):
         # the program and its buffers, not this object, which holds the tape --
         # so no reference cycle keeps a dropped tape or CompiledTape alive.
@@ -383,7 +393,7 @@ class CompiledTape:
         prog = self._program
         y = np.empty(prog.out_len)
         xp = self._x_ptr(x)
-        self._status(lib.rt_forward(self._p, xp, ffi.from_buffer("double[]", y)), xp)
+        self._status(self._fwf(self._p, xp, ffi.from_buffer("double[]", y)), xp)
         self._mark_replayed()
         return float(y[0]) if prog.out_shape == () else y.reshape(prog.out_shape)
 
@@ -415,7 +425,7 @@ class CompiledTape:
             last_x = self._last_x
             xp = last_x[1] if last_x[0] is x and x.strides == cs else self._pointer_to_x(x)
             if xp is not None and dest is not None:
-                st = _vg(self._p, xp, dest[2], dest[1])
+                st = self._vgf(self._p, xp, dest[2], dest[1])
                 if st:
                     self._status(st, xp)
                 tape = self._tape
@@ -465,7 +475,7 @@ class CompiledTape:
         g, user = self._grad_out(out)
         value = ffi.new("double *")      # per call: another thread's result never lands here
         xp = self._x_ptr(x)
-        st = lib.rt_value_and_grad(self._p, xp, value, ffi.from_buffer("double[]", g))
+        st = self._vgf(self._p, xp, value, ffi.from_buffer("double[]", g))
         if st:
             self._status(st, xp)
         self._mark_replayed()
@@ -737,13 +747,16 @@ class CompiledTape:
             raise InputError("g_buf must be writeable")
         if np.shares_memory(x_buf, g_buf):
             raise InputError("x_buf and g_buf must not overlap")
-        p, vg, status, tape, arena = self._p, lib.rt_value_and_grad, self._status, self._tape, \
+        p, vg, status, tape, arena = self._p, self._vgf, self._status, self._tape, \
             self._arena
         xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
         value = ffi.new("double *")
+        # Arguments bound once; a partial of the native tier's partial is
+        # flattened into one C-level call.
+        vg = _partial(vg, p, xp, value, gp)
 
         def run(_pin):
-            st = vg(p, xp, value, gp)
+            st = vg()
             if st:
                 status(st, xp)
             if tape is not None:
@@ -932,13 +945,15 @@ class CompiledTape:
         # Recompile from a deep copy of the tape: new words, new arenas, nothing
         # pointing at this object's buffers.
         tape = _copy.deepcopy(self._tape, memo)
-        new = CompiledTape(tape, guards=self._guards, n_grad=self._n_grad_inputs)
+        new = CompiledTape(tape, guards=self._guards, n_grad=self._n_grad_inputs,
+                           native=self._native)
         memo[id(self)] = new
         return new
 
     def __reduce__(self):
+        # A native tape adds one argument (VM pickles keep their 4-tuple).
         return (_rebuild, (self._program.to_state(), self._tape, self._guards,
-                           self._n_grad_inputs))
+                           self._n_grad_inputs) + ((True,) if self._native else ()))
 
 
 class _BoundPin:
@@ -1058,7 +1073,7 @@ def _executor(n):
         return _pool[0]
 
 
-def _rebuild(state, tape, guards, n_grad):
+def _rebuild(state, tape, guards, n_grad, native=False):
     # Everything here may come from an untrusted pickle: check types before use.
     if not isinstance(state, dict) or not all(type(k) is str for k in state):
         _refuse("the program state is not a dict of named fields")
@@ -1070,7 +1085,10 @@ def _rebuild(state, tape, guards, n_grad):
         _refuse(f"the tape is a {type(tape).__name__}, not a revtape Tape")
     if not isinstance(guards, bool):
         _refuse("guards is not a bool")
-    return CompiledTape(tape, guards=guards, n_grad=n_grad, _program=prog, _pickled=True)
+    if not isinstance(native, bool):
+        _refuse("native is not a bool")
+    return CompiledTape(tape, guards=guards, n_grad=n_grad, _program=prog, _pickled=True,
+                        native=native)
 
 
 # ---------------------------------------------------------------- loading checks
