@@ -57,7 +57,7 @@ def _scipy_rows():
             {"xlogy": sps.xlogy})
 
 
-def _agree(f, x0, points):
+def check_agree(f, x0, points):
     """Compiled replay == reference replay == rt.value_and_gradient(f, x) == numpy at each point."""
     g = lambda x: np.sum(f(x))
     tape = rt.GradientTape(g, x0)
@@ -80,25 +80,25 @@ def _agree(f, x0, points):
 
 @pytest.mark.parametrize("name", sorted(UNARY))
 def test_unary_ops_at_non_finite_points_agree_with_numpy_in_every_replay(name):
-    _agree(UNARY[name], np.array([0.7]), [[s] for s in SPECIAL])
+    check_agree(UNARY[name], np.array([0.7]), [[s] for s in SPECIAL])
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
 def test_binary_ops_at_non_finite_points_agree_with_numpy_in_every_replay(name):
     f = BINARY[name]
     pairs = [list(p) for p in itertools.product(SPECIAL, SPECIAL)]
-    _agree(lambda x: f(x[0], x[1]), np.array([0.7, 1.3]), pairs)
+    check_agree(lambda x: f(x[0], x[1]), np.array([0.7, 1.3]), pairs)
     # array-scalar and scalar-array opcodes
-    _agree(lambda x: f(x[:2], x[2]), np.array([0.7, 1.1, 1.3]), [[s, 1.0, t] for s, t in pairs])
-    _agree(lambda x: f(x[2], x[:2]), np.array([0.7, 1.1, 1.3]), [[s, 1.0, t] for s, t in pairs])
+    check_agree(lambda x: f(x[:2], x[2]), np.array([0.7, 1.1, 1.3]), [[s, 1.0, t] for s, t in pairs])
+    check_agree(lambda x: f(x[2], x[:2]), np.array([0.7, 1.1, 1.3]), [[s, 1.0, t] for s, t in pairs])
 
 
 def test_scipy_special_ops_at_non_finite_points_agree_in_every_replay():
     unary, binary = _scipy_rows()
     for f in unary.values():
-        _agree(f, np.array([0.7]), [[s] for s in SPECIAL])
+        check_agree(f, np.array([0.7]), [[s] for s in SPECIAL])
     for f in binary.values():
-        _agree(lambda x: f(x[0], x[1]), np.array([0.7, 1.3]),
+        check_agree(lambda x: f(x[0], x[1]), np.array([0.7, 1.3]),
                [list(p) for p in itertools.product(SPECIAL, SPECIAL)])
 
 
@@ -106,16 +106,16 @@ def test_scipy_special_ops_at_non_finite_points_agree_in_every_replay():
 def test_reductions_at_non_finite_points_agree_in_every_replay(name):
     f = REDUCTIONS[name]
     vals = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0]
-    _agree(f, np.array([0.7, 1.3, 0.2]), [list(p) for p in itertools.product(vals, repeat=3)])
+    check_agree(f, np.array([0.7, 1.3, 0.2]), [list(p) for p in itertools.product(vals, repeat=3)])
 
 
 def test_matmul_where_clip_and_indexing_at_non_finite_points():
     pts = [list(p) + [1.0, 2.0] for p in itertools.product(SPECIAL, repeat=2)]
-    _agree(lambda x: x.reshape(2, 2) @ x[:2], np.arange(4.0) + 1, pts)
-    _agree(lambda x: np.clip(x, -1.0, 2.0), np.array([0.5]), [[s] for s in SPECIAL])
-    _agree(lambda x: np.where(x > 0, x, np.log(x)), np.array([0.5, 1.0]),
+    check_agree(lambda x: x.reshape(2, 2) @ x[:2], np.arange(4.0) + 1, pts)
+    check_agree(lambda x: np.clip(x, -1.0, 2.0), np.array([0.5]), [[s] for s in SPECIAL])
+    check_agree(lambda x: np.where(x > 0, x, np.log(x)), np.array([0.5, 1.0]),
            [[s, 1.0] for s in SPECIAL])
-    _agree(lambda x: x[0] * x[1] + np.sum(x[::-1] ** 2) + x[2], np.array([0.5, 1.0, 2.0]),
+    check_agree(lambda x: x[0] * x[1] + np.sum(x[::-1] ** 2) + x[2], np.array([0.5, 1.0, 2.0]),
            [[s, 1.0, t] for s, t in itertools.product(SPECIAL, SPECIAL)])
 
 

@@ -26,7 +26,7 @@ M = RNG.uniform(0.2, 2.0, size=(3, 4)) * RNG.choice([-1.0, 1.0], size=(3, 4))
 V = RNG.uniform(0.2, 2.0, size=5) * np.array([1.0, -1.0, 1.0, -1.0, -1.0])
 
 
-def _same_as_numpy(f, x, rtol=1e-12):
+def check_same_as_numpy(f, x, rtol=1e-12):
     """f on a tracked x equals f on the plain x; its gradient passes the FD check."""
     want = f(x)
     got = rt.value(rt.GradientTape(lambda t: np.sum(f(t)), x).output)
@@ -41,9 +41,9 @@ def _same_as_numpy(f, x, rtol=1e-12):
 
 @pytest.mark.parametrize("ord_", [None, 1, 2, 3, 0.5, np.inf, -np.inf])
 def test_vector_norms_follow_numpy(ord_):
-    _same_as_numpy(lambda x: np.linalg.norm(x, ord_), V)
-    _same_as_numpy(lambda x: np.linalg.norm(x, ord_, axis=1), M)
-    _same_as_numpy(lambda x: np.linalg.norm(x, ord_, axis=0, keepdims=True), M)
+    check_same_as_numpy(lambda x: np.linalg.norm(x, ord_), V)
+    check_same_as_numpy(lambda x: np.linalg.norm(x, ord_, axis=1), M)
+    check_same_as_numpy(lambda x: np.linalg.norm(x, ord_, axis=0, keepdims=True), M)
 
 
 def test_zero_norm_counts_and_has_no_gradient():
@@ -54,11 +54,11 @@ def test_zero_norm_counts_and_has_no_gradient():
 
 @pytest.mark.parametrize("ord_", [None, "fro", 1, -1, np.inf, -np.inf])
 def test_matrix_norms_follow_numpy(ord_):
-    _same_as_numpy(lambda x: np.linalg.norm(x, ord_), M)
-    _same_as_numpy(lambda x: np.linalg.norm(x, ord_, axis=(1, 0)), M)
-    _same_as_numpy(lambda x: np.linalg.norm(x, ord_, keepdims=True), M)
+    check_same_as_numpy(lambda x: np.linalg.norm(x, ord_), M)
+    check_same_as_numpy(lambda x: np.linalg.norm(x, ord_, axis=(1, 0)), M)
+    check_same_as_numpy(lambda x: np.linalg.norm(x, ord_, keepdims=True), M)
     T = RNG.normal(size=(2, 3, 4))
-    _same_as_numpy(lambda x: np.linalg.norm(x, ord_, axis=(0, 2)), T)
+    check_same_as_numpy(lambda x: np.linalg.norm(x, ord_, axis=(0, 2)), T)
 
 
 @pytest.mark.parametrize("ord_", [2, -2, "nuc"])
@@ -92,23 +92,23 @@ MASK = np.array([[True, False, True, True], [True, True, False, True], [False, T
                                 dict(where=MASK[0], axis=1, keepdims=True),
                                 dict(axis=1, keepdims=True, correction=0.5)])
 def test_var_and_std_honour_every_keyword(fn, kw):
-    _same_as_numpy(lambda x: fn(x, **kw), M)
+    check_same_as_numpy(lambda x: fn(x, **kw), M)
 
 
 @pytest.mark.parametrize("fn", [np.var, np.std])
 def test_var_with_a_precomputed_mean(fn):
     # mean= is used as given (numpy does not check it), and differentiated through
     mean = np.mean(M, axis=1, keepdims=True)
-    _same_as_numpy(lambda x: fn(x, axis=1, mean=mean), M)
-    _same_as_numpy(lambda x: fn(x, axis=1, mean=np.mean(x, axis=1, keepdims=True)), M)
+    check_same_as_numpy(lambda x: fn(x, axis=1, mean=mean), M)
+    check_same_as_numpy(lambda x: fn(x, axis=1, mean=np.mean(x, axis=1, keepdims=True)), M)
     shifted = mean + 0.5
-    _same_as_numpy(lambda x: fn(x, axis=1, mean=shifted), M)
+    check_same_as_numpy(lambda x: fn(x, axis=1, mean=shifted), M)
 
 
 def test_var_methods_and_positional_arguments():
-    _same_as_numpy(lambda x: x.var(1, None, None, 1), M)          # ddof positional
-    _same_as_numpy(lambda x: x.std(axis=0, ddof=1), M)
-    _same_as_numpy(lambda x: np.var(x, 0, None, None, 0, True), M)
+    check_same_as_numpy(lambda x: x.var(1, None, None, 1), M)          # ddof positional
+    check_same_as_numpy(lambda x: x.std(axis=0, ddof=1), M)
+    check_same_as_numpy(lambda x: np.var(x, 0, None, None, 0, True), M)
 
 
 def test_var_ddof_and_correction_together_is_numpys_error():
@@ -126,11 +126,11 @@ def test_reductions_honour_where_and_initial(fn):
     if fn in (np.sum, np.prod):
         kws += [dict(initial=2.0), dict(axis=0, initial=0.5)]
     for kw in kws:
-        _same_as_numpy(lambda x: fn(x, **kw), M)
+        check_same_as_numpy(lambda x: fn(x, **kw), M)
     if fn in (np.max, np.min):
-        _same_as_numpy(lambda x: fn(x, axis=1, initial=0.3), M)
+        check_same_as_numpy(lambda x: fn(x, axis=1, initial=0.3), M)
     if fn is not np.mean:
-        _same_as_numpy(lambda x: fn(x[1, 2], initial=0.25), M)      # a 0-d reduction
+        check_same_as_numpy(lambda x: fn(x[1, 2], initial=0.25), M)      # a 0-d reduction
 
 
 def test_reduction_positional_arguments_keep_numpys_order():
@@ -172,25 +172,25 @@ def test_keywords_that_would_change_the_result_are_refused_by_name(call, key):
 def test_harmless_ufunc_keywords_are_honoured():
     f = lambda x: np.sum(np.exp(x, dtype=np.float64, casting="same_kind", order="C")
                          + np.multiply(x, x, casting="unsafe", subok=True))
-    _same_as_numpy(f, M)
-    _same_as_numpy(lambda x: np.add.reduce(x, axis=1, keepdims=True, initial=1.0), M)
-    _same_as_numpy(lambda x: np.multiply.reduce(x, axis=None, where=MASK), M)
-    _same_as_numpy(lambda x: np.sum(np.clip(x, -0.5, 0.5, casting="same_kind")), M)
-    _same_as_numpy(lambda x: np.concatenate([x, 2 * x], axis=1, dtype=np.float64), M)
-    _same_as_numpy(lambda x: np.stack([x, 2 * x], 1, casting="same_kind"), M)
+    check_same_as_numpy(f, M)
+    check_same_as_numpy(lambda x: np.add.reduce(x, axis=1, keepdims=True, initial=1.0), M)
+    check_same_as_numpy(lambda x: np.multiply.reduce(x, axis=None, where=MASK), M)
+    check_same_as_numpy(lambda x: np.sum(np.clip(x, -0.5, 0.5, casting="same_kind")), M)
+    check_same_as_numpy(lambda x: np.concatenate([x, 2 * x], axis=1, dtype=np.float64), M)
+    check_same_as_numpy(lambda x: np.stack([x, 2 * x], 1, casting="same_kind"), M)
 
 
 def test_other_array_functions_honour_their_keywords():
-    _same_as_numpy(lambda x: np.diff(x, prepend=0.5), V)
-    _same_as_numpy(lambda x: np.diff(x, n=2, append=[1.0, 2.0]), V)
-    _same_as_numpy(lambda x: np.diff(x, axis=0, prepend=x[:1]), M)
-    _same_as_numpy(lambda x: np.take(x, [0, 7, -9], mode="wrap"), V)
-    _same_as_numpy(lambda x: np.take(x, [0, 7, -9], mode="clip"), V)
-    _same_as_numpy(lambda x: np.take(x, [5, 0], axis=1, mode="wrap"), M)
-    _same_as_numpy(lambda x: np.reshape(x, shape=(4, 3), copy=False), M)
-    _same_as_numpy(lambda x: np.ravel(x, order="K"), M)
-    _same_as_numpy(lambda x: np.atleast_2d(x[0], x)[0] * x[1], M)
-    _same_as_numpy(lambda x: x[0] * np.full_like(x, 2.0, shape=(2, 4)), M)
+    check_same_as_numpy(lambda x: np.diff(x, prepend=0.5), V)
+    check_same_as_numpy(lambda x: np.diff(x, n=2, append=[1.0, 2.0]), V)
+    check_same_as_numpy(lambda x: np.diff(x, axis=0, prepend=x[:1]), M)
+    check_same_as_numpy(lambda x: np.take(x, [0, 7, -9], mode="wrap"), V)
+    check_same_as_numpy(lambda x: np.take(x, [0, 7, -9], mode="clip"), V)
+    check_same_as_numpy(lambda x: np.take(x, [5, 0], axis=1, mode="wrap"), M)
+    check_same_as_numpy(lambda x: np.reshape(x, shape=(4, 3), copy=False), M)
+    check_same_as_numpy(lambda x: np.ravel(x, order="K"), M)
+    check_same_as_numpy(lambda x: np.atleast_2d(x[0], x)[0] * x[1], M)
+    check_same_as_numpy(lambda x: x[0] * np.full_like(x, 2.0, shape=(2, 4)), M)
     assert np.full_like(rt.Tape().track(M), 3, dtype=np.int64).dtype == np.int64
     with pytest.raises(rt.UnsupportedError, match="order"):
         rt.GradientTape(lambda x: np.sum(np.ravel(x, order="F")), M)
