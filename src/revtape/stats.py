@@ -118,6 +118,21 @@ def _bad_scale(scale):
     return None if _const(scale, 1.0) else _le(scale, 0.0)
 
 
+def _loc_scale(std, x, loc, scale, density, outside=None):
+    """A location-scale family at x: std(z) at z = (x - loc) / scale, less
+    log(scale) for a density; -inf where outside(z), nan where scale <= 0."""
+    z = _standardize(x, loc, scale)
+    lp = std(z)
+    if density:
+        lp = _minus_log_scale(lp, scale)
+    return _result(lp, None if outside is None else outside(z), _bad_scale(scale),
+                   _shape(x, loc, scale))
+
+
+def _below_zero(z):
+    return _lt(z, 0.0)
+
+
 def _cosm1(x):
     # cos(x) - 1 = -2 sin^2(x/2), without cos's cancellation near 0 (scipy's cosm1)
     return -2.0 * np.square(np.sin(0.5 * x))
@@ -175,34 +190,27 @@ class _Dist:
 
 class _Norm(_Dist):
     def logpdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = _minus_log_scale(-0.5 * np.square(z) - 0.5 * _LOG_2PI, scale)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: -0.5 * np.square(z) - 0.5 * _LOG_2PI, x, loc, scale, True)
 
     def logcdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        return _result(P.log_ndtr(z), None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(P.log_ndtr, x, loc, scale, False)
 
     def logsf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        return _result(P.log_ndtr(-z), None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: P.log_ndtr(-z), x, loc, scale, False)
 
 
 class _Halfnorm(_Dist):
     def logpdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = _minus_log_scale(0.5 * math.log(2.0 / math.pi) - 0.5 * np.square(z), scale)
-        return _result(lp, _lt(z, 0.0), _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: 0.5 * math.log(2.0 / math.pi) - 0.5 * np.square(z),
+                          x, loc, scale, True, _below_zero)
 
     def logcdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = _tails(np.log(P.erf(z * math.sqrt(0.5))), _lt(z, 0.0), None, True)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: _tails(np.log(P.erf(z * math.sqrt(0.5))), _lt(z, 0.0), None, True),
+                          x, loc, scale, False)
 
     def logsf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = _tails(math.log(2.0) + P.log_ndtr(-z), _lt(z, 0.0), None, False)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: _tails(math.log(2.0) + P.log_ndtr(-z), _lt(z, 0.0), None, False),
+                          x, loc, scale, False)
 
 
 def _log_diff_exp(la, lb):
@@ -241,36 +249,28 @@ def _cauchy_std(z):
 
 class _Cauchy(_Dist):
     def logpdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = _minus_log_scale(_cauchy_std(z), scale)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(_cauchy_std, x, loc, scale, True)
 
     def logcdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = np.log(np.arctan2(1.0, -z) / math.pi)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: np.log(np.arctan2(1.0, -z) / math.pi), x, loc, scale, False)
 
     def logsf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = np.log(np.arctan2(1.0, z) / math.pi)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: np.log(np.arctan2(1.0, z) / math.pi), x, loc, scale, False)
 
 
 class _Halfcauchy(_Dist):
     def logpdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = _minus_log_scale(math.log(2.0 / math.pi) - np.log1p(np.square(z)), scale)
-        return _result(lp, _lt(z, 0.0), _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: math.log(2.0 / math.pi) - np.log1p(np.square(z)),
+                          x, loc, scale, True, _below_zero)
 
     def logcdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = _tails(np.log(2.0 / math.pi * np.arctan(z)), _lt(z, 0.0), None, True)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: _tails(np.log(2.0 / math.pi * np.arctan(z)), _lt(z, 0.0), None, True),
+                          x, loc, scale, False)
 
     def logsf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = _tails(np.log(2.0 / math.pi * np.arctan2(1.0, z)), _lt(z, 0.0), None, False)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(
+            lambda z: _tails(np.log(2.0 / math.pi * np.arctan2(1.0, z)), _lt(z, 0.0), None, False),
+            x, loc, scale, False)
 
 
 class _T(_Dist):
@@ -287,9 +287,7 @@ class _T(_Dist):
 
 class _Laplace(_Dist):
     def logpdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        lp = _minus_log_scale(-np.abs(z) - math.log(2.0), scale)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: -np.abs(z) - math.log(2.0), x, loc, scale, True)
 
     @staticmethod
     def _logcdf_std(z):
@@ -298,46 +296,38 @@ class _Laplace(_Dist):
         return P.where(pos, np.log1p(-0.5 * np.exp(-P.where(pos, z, 0.0))), z - math.log(2.0))
 
     def logcdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        return _result(self._logcdf_std(z), None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(self._logcdf_std, x, loc, scale, False)
 
     def logsf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        return _result(self._logcdf_std(-z), None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: self._logcdf_std(-z), x, loc, scale, False)
+
+
+def _logistic_std(z):
+    y = -np.abs(z)
+    return y - 2.0 * np.log1p(np.exp(y))
 
 
 class _Logistic(_Dist):
     def logpdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        y = -np.abs(z)
-        lp = _minus_log_scale(y - 2.0 * np.log1p(np.exp(y)), scale)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(_logistic_std, x, loc, scale, True)
 
     def logcdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        return _result(P.log_expit(z), None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(P.log_expit, x, loc, scale, False)
 
     def logsf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        return _result(P.log_expit(-z), None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: P.log_expit(-z), x, loc, scale, False)
 
 
 class _Expon(_Dist):
     def logpdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        return _result(_minus_log_scale(-z, scale), _lt(z, 0.0), _bad_scale(scale),
-                       _shape(x, loc, scale))
+        return _loc_scale(lambda z: -z, x, loc, scale, True, _below_zero)
 
     def logcdf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
-        return _result(np.log(-np.expm1(-z)), _lt(z, 0.0), _bad_scale(scale),
-                       _shape(x, loc, scale))
+        return _loc_scale(lambda z: np.log(-np.expm1(-z)), x, loc, scale, False, _below_zero)
 
     def logsf(self, x, loc=0.0, scale=1.0):
-        z = _standardize(x, loc, scale)
         # below the support the survival function is 1: log 1 = 0
-        lp = _select(_lt(z, 0.0), 0.0, -z)
-        return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
+        return _loc_scale(lambda z: _select(_lt(z, 0.0), 0.0, -z), x, loc, scale, False)
 
 
 def _plain_shape_param(a, what):
