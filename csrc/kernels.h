@@ -75,6 +75,14 @@ RT_KDECL_W_(WHERE_SV)
 RT_KDECL_W_(CLIP)
 #undef RT_KDECL_W_
 
+/* array forms of the fused pairs AXPY (b one element) and SQDIFF: n > 1 */
+void rt_kf_AXPY(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c);
+void rt_kr_AXPY(uint32_t fl, int64_t n, double *d, const double *v,
+                int64_t o, int64_t a, int64_t b, int64_t c);
+void rt_kf_SQDIFF(int64_t n, double *v, int64_t o, int64_t a, int64_t b);
+void rt_kr_SQDIFF(uint32_t fl, int64_t n, double *d, const double *v,
+                  int64_t o, int64_t a, int64_t b);
+
 /* np.sum of x[0..n), bit for bit (REDUCE_SUM's forward, one segment) */
 double rt_k_pairwise_sum(const double *x, int64_t n);
 

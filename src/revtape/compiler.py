@@ -105,6 +105,11 @@ def _size(shape):
     return math.prod(shape)
 
 
+def _overlap(r1, r2):
+    """Do two (storage node, first, length) regions share a slot?"""
+    return r1[0] == r2[0] and r1[1] < r2[1] + r2[2] and r2[1] < r1[1] + r1[2]
+
+
 def _shp(v):
     return () if type(v) is float else v.shape
 
@@ -277,6 +282,7 @@ class _Lowering:
 
         for k, (op, out, args, params) in enumerate(kept):
             if type(vals[out]) is not float:
+                self._array_fusion(k, op, out, args, fusable, producer, inner_of, outer_of)
                 continue
             if op is _ADD:
                 for t in args:
@@ -291,6 +297,72 @@ class _Lowering:
             if op is _MUL or op is _SUB:
                 producer[out] = k
         return inner_of, outer_of
+
+    def _regions(self):
+        """{node: (storage node, first element, length)} for the nodes the
+        lowering makes offsets into another value's slots (reshape, item, a
+        contiguous take), as lower() decides; every other node owns its slots."""
+        if getattr(self, "_region_of", None) is None:
+            reg, vals = {}, self.vals
+            for op, out, args, params in self.kept:
+                if op.family != ops.STRUCT or op.name not in ("reshape", "item", "take"):
+                    continue
+                src = reg.get(args[0], (args[0], 0, _size(_shp(vals[args[0]]))))
+                if op.name == "reshape":
+                    reg[out] = src
+                elif op.name == "item":
+                    reg[out] = (src[0], src[1] + int(params["i"]), 1)
+                else:
+                    idx = np.asarray(params["idx"]).ravel()
+                    if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
+                        reg[out] = (src[0], src[1] + int(idx[0]), int(idx.size))
+            self._region_of = reg
+        return self._region_of
+
+    def _region(self, node):
+        return self._regions().get(node, (node, 0, _size(_shp(self.vals[node]))))
+
+    def _array_fusion(self, k, op, out, args, fusable, producer, inner_of, outer_of):
+        """The array forms of AXPY (`u + s*v`, s one element) and SQDIFF
+        (`(u - v)**2`), operands of the result's own shape (no broadcasting):
+        the VM's loops over n are the same arithmetic per element as the pair
+        of array instructions, with the same conditions as the scalar pairs.
+        One more for AXPY: its reverse adds u's and v's adjoint terms element
+        by element where the pair adds all of u's first, so regions of u and v
+        that carry adjoints must be disjoint or the same slots, and s's slot
+        outside both -- then every slot receives its terms in the pair's order.
+        (SQDIFF's interleaved order equals SUB's two ordered passes for any
+        overlap: csrc/kernels.c's rt_kr_*_VV.)"""
+        vals, adj = self.vals, self.adj
+        shape = _shp(vals[out])
+        same = lambda a: _shp(vals[a]) == shape
+        if op is _ADD:
+            for t in args:
+                other = args[1] if args[0] == t else args[0]
+                i = producer.get(t)
+                if i is None or not same(other) or not same(t):
+                    continue
+                x, y = self.kept[i][2]
+                s_, v_ = (x, y) if _size(_shp(vals[x])) == 1 else (y, x)
+                if _size(_shp(vals[s_])) != 1 or not same(v_):
+                    continue
+                carried = [self._region(a) for a in (other, v_) if a in adj]
+                if len(carried) == 2 and carried[0] != carried[1] and _overlap(*carried):
+                    continue
+                if s_ in adj and any(_overlap(self._region(s_), r) for r in carried):
+                    continue
+                i = fusable(t, k, _MUL)
+                if i is not None:
+                    inner_of[i], outer_of[k] = k, ("AXPY", i, t)
+                    break
+        elif op is _SQUARE:
+            i = producer.get(args[0])
+            if i is not None and all(same(a) for a in self.kept[i][2]):
+                i = fusable(args[0], k, _SUB)
+                if i is not None:
+                    inner_of[i], outer_of[k] = k, ("SQDIFF", i, args[0])
+        if op is _MUL or op is _SUB:
+            producer[out] = k
 
     def sum_chains(self, inner, outer):
         """Runs of scalar additions to emit as one CSUM (CppAD's cumulative sum):
@@ -359,17 +431,19 @@ class _Lowering:
             if k in fused_add:
                 kind, i, t = fused_add[k]
                 x, y = self.kept[i][2]
-                o = self.next_free
-                self.next_free = o + 1
+                n = _size(_shp(vals[out]))       # 1, or an array form (_array_fusion)
+                o = self._alloc(n)
                 offset[out] = o
                 if kind == "AXPY":
                     other = args[1] if args[0] == t else args[0]
+                    if n != 1 and _size(_shp(vals[x])) != 1:
+                        x, y = y, x                   # b is the one-element operand
                     flags = (other in adj) | ((x in adj) << 1) | ((y in adj) << 2)
-                    words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), 1, o, offset[other],
+                    words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), n, o, offset[other],
                                   offset[x], offset[y]))
                 else:
                     flags = (x in adj) | ((y in adj) << 1)
-                    words.append((OPC["SQDIFF"] | (flags << FLAGS_SHIFT), 1, o, offset[x],
+                    words.append((OPC["SQDIFF"] | (flags << FLAGS_SHIFT), n, o, offset[x],
                                   offset[y], 0))
                 continue
             if type(vals[out]) is float and fam in _SCALAR_FAMILIES:

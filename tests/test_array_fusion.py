@@ -1,0 +1,176 @@
+"""Fused array pairs (issue 13, radon's speed): the compiler forms AXPY
+(`u + s*v`, s one element) and SQDIFF (`(u - v)**2`) over whole arrays, as it
+does for scalars.  A fused program must give the unfused program's bits --
+value, gradient, JVP, Hessian -- at every point, nan/inf/zero adjoints
+included, and must not fuse where overlapping adjoint regions would receive
+their terms in another order."""
+
+import numpy as np
+import pytest
+
+import revtape as rt
+from revtape import compiler, ops, workloads
+
+
+def _opcodes(ct):
+    return [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]]
+
+
+def _bits(a):
+    return np.asarray(a, dtype=np.float64).view(np.int64)
+
+
+def _pair(f, x0, monkeypatch):
+    tape = rt.GradientTape(f, x0)
+    fused = rt.compile(tape)
+    with monkeypatch.context() as m:
+        m.setattr(compiler._Lowering, "fusions", lambda self: ({}, {}))
+        unfused = rt.compile(tape)
+    return tape, fused, unfused
+
+
+def _assert_same_bits(tape, fused, unfused, xs, tangents=True):
+    for x in xs:
+        v, g = fused.value_and_gradient(x)
+        v2, g2 = unfused.value_and_gradient(x)
+        np.testing.assert_array_equal(_bits(v), _bits(v2))
+        np.testing.assert_array_equal(_bits(g), _bits(g2))
+        if np.all(np.isfinite(g)):
+            v_ref, g_ref = tape.value_and_gradient(x)
+            np.testing.assert_allclose(v, v_ref, rtol=1e-13)
+            np.testing.assert_allclose(g, g_ref, rtol=1e-12, atol=1e-12)
+        if tangents:
+            t = np.random.default_rng(3).standard_normal(np.shape(x))
+            np.testing.assert_array_equal(_bits(fused.jvp(x, t)), _bits(unfused.jvp(x, t)))
+
+
+RNG = np.random.default_rng(0)
+DATA = RNG.standard_normal(7)
+IDX = np.array([2, 0, 0, 4, 1, 2, 3])
+W = np.array([1.0, 0.0, 2.0, -1.0, 0.0, 0.5, 3.0])        # zero weights: zero adjoints
+
+
+@pytest.mark.parametrize("f, n_axpy, n_sqdiff", [
+    (lambda x: np.sum(W * (DATA + x[0] * x[1:8])), 1, 0),           # c tracked
+    (lambda x: np.sum(W * (x[1:8] * x[0] + DATA)), 1, 0),           # product first, v*s
+    (lambda x: np.sum(W * (x[1:8] + x[0] * DATA)), 1, 0),           # u tracked, c data
+    (lambda x: np.sum(W * (x[1:8] + x[0] * x[1:8])), 1, 0),         # u and v the same slots
+    (lambda x: np.sum(W * (x[IDX] + 2.5 * x[1:8])), 1, 0),          # a constant scale
+    (lambda x: np.sum(W * (x[IDX] + x[8] * DATA) ** 2), 1, 0),      # radon's shape
+    (lambda x: np.sum(W * (x[1:8] - DATA) ** 2), 0, 1),
+    (lambda x: np.sum(W * (DATA - x[IDX]) ** 2), 0, 1),
+    (lambda x: np.sum(W * (x[1:8] - x[1:8]) ** 2), 0, 1),           # a == b
+    (lambda x: np.sum(W * (x[2:9] - x[1:8]) ** 2), 0, 1),           # shifted overlap
+    (lambda x: np.sum(W * (x[1:8] - x[2:9]) ** 2), 0, 1),           # shifted the other way
+    (lambda x: np.sum((DATA - (x[IDX] + x[0] * DATA)) ** 2), 1, 1),
+    (lambda x: np.sum(((x[1:8] - DATA) ** 2).reshape(7, 1) * W[:, None]), 0, 1),
+])
+def test_array_pairs_fuse_and_give_the_pairs_bits(f, n_axpy, n_sqdiff, monkeypatch):
+    x0 = np.linspace(-1.3, 1.1, 9)
+    tape, fused, unfused = _pair(f, x0, monkeypatch)
+    names = _opcodes(fused)
+    assert names.count("AXPY") == n_axpy and names.count("SQDIFF") == n_sqdiff
+    assert len(fused) == len(unfused) - n_axpy - n_sqdiff
+    assert all(w[1] > 1 for w in fused.code if ops.VM_OPCODES[w[0] & 0xFFFF] in ("AXPY", "SQDIFF"))
+    bad = x0.copy()
+    bad[[1, 3]] = [np.inf, np.nan]                 # inf/nan meet the zero weights' adjoints
+    zeros = np.zeros(9)
+    _assert_same_bits(tape, fused, unfused, (x0, 1.7 * x0 - 0.3, zeros, -zeros, bad))
+    H = fused.hessian(x0)
+    with monkeypatch.context() as m:           # the Hessian program unfused too
+        m.setattr(compiler._Lowering, "fusions", lambda self: ({}, {}))
+        H2 = unfused.hessian(x0)
+    np.testing.assert_array_equal(_bits(H), _bits(H2))
+    np.testing.assert_allclose(H, tape.hessian(x0), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: np.sum(W * (x[2:9] + x[0] * x[1:8])),     # u and v overlap shifted: v's terms first
+    lambda x: np.sum(W * (x[1:8] + x[3] * DATA)),       # s inside u's slots
+    lambda x: np.sum(W * (DATA + x[3] * x[1:8])),       # s inside v's slots
+])
+def test_array_axpy_is_not_formed_where_adjoint_regions_overlap(f, monkeypatch):
+    x0 = np.linspace(-1.3, 1.1, 9)
+    tape, fused, unfused = _pair(f, x0, monkeypatch)
+    assert "AXPY" not in _opcodes(fused) and len(fused) == len(unfused)
+    _assert_same_bits(tape, fused, unfused, (x0,))
+
+
+def test_broadcast_operands_stay_apart():
+    # u or v broadcast (a gather first) or a scale of more than one element:
+    # not the fused shapes
+    x0 = np.linspace(-1.3, 1.1, 9)
+    for f in (lambda x: np.sum(x[0:1] + x[1] * x[1:8]),
+              lambda x: np.sum(x[1:8] + x[0:7] * x[1:8]),
+              lambda x: np.sum((x[1:8].reshape(7, 1) - x[2:5]) ** 2)):
+        ct = rt.compile(rt.GradientTape(f, x0))
+        names = _opcodes(ct)
+        assert "AXPY" not in names and "SQDIFF" not in names
+        np.testing.assert_allclose(ct.gradient(x0), rt.gradient(f, x0), rtol=1e-13)
+
+
+def test_radon_fuses_its_residual_and_keeps_the_unfused_bits(monkeypatch):
+    wl = workloads.radon()
+    tape, fused, unfused = _pair(wl.f, wl.x0, monkeypatch)
+    names = _opcodes(fused)
+    assert names.count("AXPY") == 1 and names.count("SQDIFF") == 1
+    assert "MUL_SV" not in names and fused.program.n_vals < unfused.program.n_vals
+    xs = [wl.x0, wl.x0 + 0.1 * RNG.standard_normal(wl.x0.size)]
+    _assert_same_bits(tape, fused, unfused, xs)
+    v, g = fused.value_and_gradient(xs[1])
+    v_np, g_np = wl.numpy_vg(xs[1])
+    assert v == pytest.approx(v_np, rel=1e-13)
+    np.testing.assert_allclose(g, g_np, rtol=1e-11, atol=1e-11)
+    # bound calls and batches run the same kernels
+    x, gb = xs[1].copy(), np.empty_like(xs[1])
+    assert fused.bind(x, gb)() == v
+    np.testing.assert_array_equal(gb, g)
+    X = np.stack(xs)
+    vals, G = fused.batch_value_and_gradient(X)
+    np.testing.assert_array_equal(G[1], g)
+
+
+def test_radon_hessian_programs_agree(monkeypatch):
+    wl = workloads.radon(N=60, J=7)
+    tape, fused, unfused = _pair(wl.f, wl.x0, monkeypatch)
+    v = RNG.standard_normal(wl.x0.size)
+    np.testing.assert_allclose(fused.hvp(wl.x0, v), tape.hvp(wl.x0, v), rtol=1e-11, atol=1e-11)
+    np.testing.assert_array_equal(_bits(fused.jvp(wl.x0, v)), _bits(unfused.jvp(wl.x0, v)))
+
+
+def test_native_tier_runs_the_array_pairs_bit_for_bit():
+    from revtape import native
+    try:
+        native.find_compiler()
+    except rt.RevtapeError as e:
+        pytest.skip(str(e))
+    wl = workloads.radon(N=60, J=7)
+    tape = rt.GradientTape(wl.f, wl.x0)
+    vm, nt = rt.compile(tape), rt.compile(tape, native=True)
+    assert {"AXPY", "SQDIFF"} <= set(_opcodes(vm))
+    x = wl.x0 + 0.05
+    v, g = vm.value_and_gradient(x)
+    v2, g2 = nt.value_and_gradient(x)
+    assert _bits(v) == _bits(v2)
+    np.testing.assert_array_equal(_bits(g), _bits(g2))
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: x[0] + 0.001 * np.sin(x[1]),
+    lambda x: 0.5 * x[0] * x[1] + x[2],
+    lambda x: x[0] * x[0] + x[0] * 3.0,
+    lambda x: x[2] + x[1] * np.exp(x[0]) + (x[0] - x[2]) ** 2,
+])
+def test_scalar_pairs_tangents_have_the_pairs_bits(f, monkeypatch):
+    # the fused AXPY's tangent is MUL's then ADD's, rounded as the pair
+    x0 = np.array([0.37, -1.21, 2.9])
+    tape, fused, unfused = _pair(f, x0, monkeypatch)
+    assert len(fused) < len(unfused)
+    _assert_same_bits(tape, fused, unfused, (x0, 3.1 * x0, np.array([0.0, np.inf, 1.0])))
+    for t in np.random.default_rng(5).standard_normal((5, 3)):
+        assert _bits(fused.jvp(x0, t)) == _bits(unfused.jvp(x0, t))
+    H = fused.hessian(x0)
+    with monkeypatch.context() as m:           # the Hessian program unfused too
+        m.setattr(compiler._Lowering, "fusions", lambda self: ({}, {}))
+        H2 = unfused.hessian(x0)
+    np.testing.assert_array_equal(_bits(H), _bits(H2))
