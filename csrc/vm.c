@@ -30,6 +30,7 @@
 #include "specfun.h"
 #include "kernels.h"
 #include "linalg.h"
+#include "gaxpy.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390   /* 2 / sqrt(pi), used by ERF */
@@ -75,7 +76,7 @@
 enum {
     RT_N_CASES_ = 0 RT_UNARY(RT_COUNT1_) RT_UNARY_ND(RT_COUNT1_) RT_BINARY(RT_COUNT3_)
                   RT_BINARY_ND(RT_COUNT3_) RT_REDUCE(RT_COUNT1_) RT_GUARDS(RT_COUNT1_)
-                  + 3 /* WHERE_VV/VS/SV */ + 9 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM PYCALL */
+                  + 3 /* WHERE_VV/VS/SV */ + 10 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM PYCALL GAXPY */
                   RT_LINALG(RT_COUNT1_)
 };
 typedef char rt_every_opcode_has_a_case_[((int)RT_N_CASES_ == (int)RT_NUM_OPS) ? 1 : -1];
@@ -381,6 +382,7 @@ vm_next:
             VM_NEXT;
         }
         VM_CASE(CLIP) { rt_kf_CLIP(n, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(GAXPY) { rt_gaxpy_forward(n, v, ints, o, a, b, c); VM_NEXT; }   /* gaxpy.h */
 
         VM_CASE(REDUCE_SUM) {
             for (s = 0; s < n; s++)
@@ -652,6 +654,7 @@ vm_next:
             rt_kr_CLIP(fl, n, d, v, o, a, b, c);
             VM_NEXT;
         }
+        VM_CASE(GAXPY) { rt_gaxpy_reverse(fl, n, d, v, ints, o, a, b, c); VM_NEXT; }
 
         VM_CASE(REDUCE_SUM) {
             if (fl & 1)
@@ -947,6 +950,7 @@ vm_next:
             }
             VM_NEXT;
         }
+        VM_CASE(GAXPY) { rt_gaxpy_tangent(fl, n, t, v, ints, o, a, b, c); VM_NEXT; }
 
         VM_CASE(REDUCE_SUM) {
             for (s = 0; s < n; s++) {
@@ -1207,6 +1211,21 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
     case RT_OP_CLIP:     la = n; lb = 1; lc = 1; break;
     case RT_OP_AXPY:     la = n; lb = 1; lc = n; break;
     case RT_OP_SQDIFF:   la = n; lb = n; break;
+    case RT_OP_GAXPY: {
+        /* gaxpy.h: ints[c] = z's offset, ints[c+1] = a's length, then n indices */
+        int64_t zo;
+        if (!rt_vints(vc, "gather-axpy record", c, 2) || !rt_vints(vc, "index map", c + 2, n))
+            return 0;
+        zo = p->ints[c];
+        la = p->ints[c + 1];
+        if (la < 0)
+            return rt_vfail(vc, "negative input length %lld", (long long)la);
+        if (!rt_vindices(vc, c + 2, n, la, "input") || !rt_vregion(vc, "operand z", zo, n, 0)
+            || !rt_voverlap(vc, "operand z", o, n, zo, n))
+            return 0;
+        lb = 1;
+        break;
+    }
     /* Listed by hand, like their kernels: a reduction added to ops.py
      * without a kernel here is rejected (and fails the count check). */
     case RT_OP_REDUCE_MAX:

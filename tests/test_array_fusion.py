@@ -51,6 +51,7 @@ W = np.array([1.0, 0.0, 2.0, -1.0, 0.0, 0.5, 3.0])        # zero weights: zero a
 
 
 @pytest.mark.parametrize("f, n_axpy, n_sqdiff", [
+    # (AXPY counts GAXPY, the AXPY whose u is a gather: x[IDX])
     (lambda x: np.sum(W * (DATA + x[0] * x[1:8])), 1, 0),           # c tracked
     (lambda x: np.sum(W * (x[1:8] * x[0] + DATA)), 1, 0),           # product first, v*s
     (lambda x: np.sum(W * (x[1:8] + x[0] * DATA)), 1, 0),           # u tracked, c data
@@ -69,9 +70,11 @@ def test_array_pairs_fuse_and_give_the_pairs_bits(f, n_axpy, n_sqdiff, monkeypat
     x0 = np.linspace(-1.3, 1.1, 9)
     tape, fused, unfused = _pair(f, x0, monkeypatch)
     names = _opcodes(fused)
-    assert names.count("AXPY") == n_axpy and names.count("SQDIFF") == n_sqdiff
-    assert len(fused) == len(unfused) - n_axpy - n_sqdiff
-    assert all(w[1] > 1 for w in fused.code if ops.VM_OPCODES[w[0] & 0xFFFF] in ("AXPY", "SQDIFF"))
+    n_gaxpy = names.count("GAXPY")
+    assert names.count("AXPY") + n_gaxpy == n_axpy and names.count("SQDIFF") == n_sqdiff
+    assert len(fused) == len(unfused) - n_axpy - n_gaxpy - n_sqdiff
+    assert all(w[1] > 1 for w in fused.code
+               if ops.VM_OPCODES[w[0] & 0xFFFF] in ("AXPY", "GAXPY", "SQDIFF"))
     bad = x0.copy()
     bad[[1, 3]] = [np.inf, np.nan]                 # inf/nan meet the zero weights' adjoints
     zeros = np.zeros(9)
@@ -96,6 +99,57 @@ def test_array_axpy_is_not_formed_where_adjoint_regions_overlap(f, monkeypatch):
     _assert_same_bits(tape, fused, unfused, (x0,))
 
 
+@pytest.mark.parametrize("f, fused_as", [
+    (lambda x: np.sum(W * (x[1:][IDX] + x[0] * DATA)), "GAXPY"),
+    (lambda x: np.sum(W * (x[IDX] + x[0] * DATA)), "AXPY"),          # s among the gathered
+    (lambda x: np.sum(W * (x[IDX + 1] + x[0] * x[1:8])), "AXPY"),    # gathered slots meet v's
+    (lambda x: np.sum(W * (x[1:][IDX] + np.sin(x[1]) * DATA)), "AXPY"),  # sin reads x[1] between
+    (lambda x: np.sum(W * (x[4:][IDX] + np.sin(x[1]) * DATA)), "GAXPY"),  # ... not gathered
+    (lambda x: np.sum(W * ((2.0 * x[1:])[IDX] + x[0] * DATA)), "GAXPY"),  # an intermediate
+    (lambda x: np.sum(W * ((2.0 * x[1:])[IDX] + x[0] * x[1:8])), "GAXPY"),  # v tracked
+    (lambda x: np.sum(W * ((t := x[1:][IDX]) + x[0] * DATA)) + np.sum(t ** 2), "AXPY"),  # used twice
+])
+def test_gather_fuses_into_axpy_only_where_its_scatter_keeps_its_order(f, fused_as, monkeypatch):
+    x0 = np.linspace(-1.3, 1.1, 9)
+    tape, fused, unfused = _pair(f, x0, monkeypatch)
+    names = _opcodes(fused)
+    assert fused_as in names and names.count("AXPY") + names.count("GAXPY") == 1
+    zeros = np.zeros(9)
+    bad = x0.copy()
+    bad[[0, 4]] = [np.inf, np.nan]
+    _assert_same_bits(tape, fused, unfused, (x0, 1.7 * x0 - 0.3, zeros, bad))
+    H = fused.hessian(x0)
+    with monkeypatch.context() as m:
+        m.setattr(compiler._Lowering, "fusions", lambda self: ({}, {}))
+        H2 = unfused.hessian(x0)
+    np.testing.assert_array_equal(_bits(H), _bits(H2))
+
+
+def test_verifier_refuses_a_bad_gaxpy_record():
+    from revtape.compiled import CompiledTape
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum((x[1:][IDX] + x[0] * DATA) ** 2),
+                                    np.linspace(-1, 1, 9)))
+    k = _opcodes(ct).index("GAXPY")
+    c = int(ct.code[k, 5])
+    n_vals = ct.program.n_vals
+    for pos, bad, msg in ((c, n_vals - 3, "operand z"), (c, -1, "operand z"),
+                          (c + 1, 10**6, "operand a"), (c + 1, -2, "negative input length"),
+                          (c + 2, 9, "index"), (c + 8, -1, "index"),
+                          (c, int(ct.code[k, 2]), "operand z")):   # z over the output
+        state = ct.program.to_state()
+        ints = state["ints"].copy()
+        ints[pos] = bad
+        state["ints"] = ints
+        with pytest.raises(rt.VerificationError, match=msg):
+            CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
+    state = ct.program.to_state()
+    code = state["code"].copy()
+    code[k, 5] = len(state["ints"]) - 3             # the record runs off the int table
+    state["code"] = code
+    with pytest.raises(rt.VerificationError):
+        CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
+
+
 def test_broadcast_operands_stay_apart():
     # u or v broadcast (a gather first) or a scale of more than one element:
     # not the fused shapes
@@ -113,8 +167,10 @@ def test_radon_fuses_its_residual_and_keeps_the_unfused_bits(monkeypatch):
     wl = workloads.radon()
     tape, fused, unfused = _pair(wl.f, wl.x0, monkeypatch)
     names = _opcodes(fused)
-    assert names.count("AXPY") == 1 and names.count("SQDIFF") == 1
-    assert "MUL_SV" not in names and fused.program.n_vals < unfused.program.n_vals
+    assert names.count("GAXPY") == 1 and names.count("SQDIFF") == 1
+    assert "MUL_SV" not in names and "GATHER" not in names
+    assert fused.program.n_vals < unfused.program.n_vals
+    assert "GAXPY(@4[ints" in fused.disassemble()
     xs = [wl.x0, wl.x0 + 0.1 * RNG.standard_normal(wl.x0.size)]
     _assert_same_bits(tape, fused, unfused, xs)
     v, g = fused.value_and_gradient(xs[1])
@@ -147,7 +203,7 @@ def test_native_tier_runs_the_array_pairs_bit_for_bit():
     wl = workloads.radon(N=60, J=7)
     tape = rt.GradientTape(wl.f, wl.x0)
     vm, nt = rt.compile(tape), rt.compile(tape, native=True)
-    assert {"AXPY", "SQDIFF"} <= set(_opcodes(vm))
+    assert {"GAXPY", "SQDIFF"} <= set(_opcodes(vm))
     x = wl.x0 + 0.05
     v, g = vm.value_and_gradient(x)
     v2, g2 = nt.value_and_gradient(x)

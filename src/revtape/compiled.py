@@ -210,6 +210,8 @@ class CompiledTape:
                 name, ", ".join(f"@{v}" for v in (a, b, c)[:_arity(name)]))
             if name.startswith("REDUCE_"):
                 operands = f"@{a}, segment {b}"
+            if name == "GAXPY":                       # a[idx] + b*z, z's offset in ints[c]
+                operands = f"@{a}[ints {c + 2}..], @{b}, @{self._ints[c]}"
             if name.lower() in ops.LINALG_OPS:
                 nn, mm, bits, scratch = self._ints[c:c + 4].tolist()
                 operands = (f"@{a}" + (f", @{b}" if name in ("TRISOLVE", "SOLVE") else "")

@@ -34,6 +34,7 @@ FLAGS_SHIFT = 16
 OPC = ops.OPCODE
 _GUARD = ops.OPS["guard"]
 _ADD, _MUL, _SUB, _SQUARE = (ops.OPS[n] for n in ("add", "mul", "sub", "square"))
+_TAKE = ops.OPS["take"]
 
 
 @dataclass
@@ -129,6 +130,7 @@ class _Lowering:
         self.guard_list = []
         self.callbacks = []
         self._use_counts = None
+        self.gaxpy_take = {}     # GAXPY instruction index -> the gather (take) it absorbs
 
     # ------------------------------------------------ analysis
     def analyse(self):
@@ -340,7 +342,7 @@ class _Lowering:
             for t in args:
                 other = args[1] if args[0] == t else args[0]
                 i = producer.get(t)
-                if i is None or not same(other) or not same(t):
+                if i is None or self.kept[i][0] is not _MUL or not same(other) or not same(t):
                     continue
                 x, y = self.kept[i][2]
                 s_, v_ = (x, y) if _size(_shp(vals[x])) == 1 else (y, x)
@@ -354,15 +356,46 @@ class _Lowering:
                 i = fusable(t, k, _MUL)
                 if i is not None:
                     inner_of[i], outer_of[k] = k, ("AXPY", i, t)
+                    self._gather_into_axpy(k, i, other, s_, v_, producer, inner_of, outer_of)
                     break
         elif op is _SQUARE:
             i = producer.get(args[0])
-            if i is not None and all(same(a) for a in self.kept[i][2]):
+            if i is not None and self.kept[i][0] is _SUB and all(same(a) for a in self.kept[i][2]):
                 i = fusable(args[0], k, _SUB)
                 if i is not None:
                     inner_of[i], outer_of[k] = k, ("SQDIFF", i, args[0])
         if op is _MUL or op is _SUB:
             producer[out] = k
+        elif op is _TAKE and out not in self._regions():
+            producer[out] = k                      # a gather, not an alias
+
+    def _gather_into_axpy(self, k, i, u, s, v, producer, inner_of, outer_of):
+        """AXPY k whose u is a gather (a take that copies) used only there, at
+        most 8 instructions back: fused into one GAXPY (csrc/gaxpy.h), whose
+        reverse scatters into the gathered array at k's place instead of the
+        gather's.  So nothing between may read that array's slots (by exact
+        regions: radon's slope x[1] is read between, its intercepts x[4:] are
+        gathered), and its slots must be apart from s's and v's (their terms
+        are added in the same loop)."""
+        j = producer.get(u)
+        kept, uses = self.kept, self._uses()
+        if (j is None or kept[j][0] is not _TAKE or uses.get(u) != 1 or u in self.roots
+                or k - j > 8 or j in inner_of or not _size(_shp(self.vals[u]))):
+            return
+        src = self._region(kept[j][2][0])
+        if any(_overlap(src, self._region(a)) for a in (s, v)):
+            return
+        for m in range(j + 1, k):
+            op_m, out_m, args_m, _ = kept[m]
+            if m == i or (op_m.family == ops.STRUCT and op_m.name in ("reshape", "item")):
+                continue                 # the fused product, and offsets (no instruction)
+            if op_m is _TAKE and out_m in self._regions():
+                continue
+            if any(_overlap(src, self._region(a)) for a in args_m):
+                return
+        inner_of[j] = k
+        outer_of[k] = ("GAXPY",) + outer_of[k][1:]
+        self.gaxpy_take[k] = j
 
     def sum_chains(self, inner, outer):
         """Runs of scalar additions to emit as one CSUM (CppAD's cumulative sum):
@@ -434,10 +467,19 @@ class _Lowering:
                 n = _size(_shp(vals[out]))       # 1, or an array form (_array_fusion)
                 o = self._alloc(n)
                 offset[out] = o
-                if kind == "AXPY":
+                if kind in ("AXPY", "GAXPY"):
                     other = args[1] if args[0] == t else args[0]
                     if n != 1 and _size(_shp(vals[x])) != 1:
                         x, y = y, x                   # b is the one-element operand
+                    if kind == "GAXPY":
+                        _, _, (src,), tparams = self.kept[self.gaxpy_take[k]]
+                        idx = np.asarray(tparams["idx"]).ravel()
+                        rec = self._ints(np.concatenate([[offset[y], _size(_shp(vals[src]))],
+                                                         idx]))
+                        flags = (src in adj) | ((x in adj) << 1) | ((y in adj) << 2)
+                        words.append((OPC["GAXPY"] | (flags << FLAGS_SHIFT), n, o, offset[src],
+                                      offset[x], rec))
+                        continue
                     flags = (other in adj) | ((x in adj) << 1) | ((y in adj) << 2)
                     words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), n, o, offset[other],
                                   offset[x], offset[y]))
