@@ -76,7 +76,7 @@
 enum {
     RT_N_CASES_ = 0 RT_UNARY(RT_COUNT1_) RT_UNARY_ND(RT_COUNT1_) RT_BINARY(RT_COUNT3_)
                   RT_BINARY_ND(RT_COUNT3_) RT_REDUCE(RT_COUNT1_) RT_GUARDS(RT_COUNT1_)
-                  + 3 /* WHERE_VV/VS/SV */ + 10 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM PYCALL GAXPY */
+                  + 3 /* WHERE_VV/VS/SV */ + 11 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM PYCALL GAXPY SSD */
                   RT_LINALG(RT_COUNT1_)
 };
 typedef char rt_every_opcode_has_a_case_[((int)RT_N_CASES_ == (int)RT_NUM_OPS) ? 1 : -1];
@@ -383,6 +383,7 @@ vm_next:
         }
         VM_CASE(CLIP) { rt_kf_CLIP(n, v, o, a, b, c); VM_NEXT; }
         VM_CASE(GAXPY) { rt_gaxpy_forward(n, v, ints, o, a, b, c); VM_NEXT; }   /* gaxpy.h */
+        VM_CASE(SSD) { rt_kf_SSD(n, v, o, a, b); VM_NEXT; }                  /* kernels.c */
 
         VM_CASE(REDUCE_SUM) {
             for (s = 0; s < n; s++)
@@ -655,6 +656,7 @@ vm_next:
             VM_NEXT;
         }
         VM_CASE(GAXPY) { rt_gaxpy_reverse(fl, n, d, v, ints, o, a, b, c); VM_NEXT; }
+        VM_CASE(SSD) { rt_kr_SSD(fl, n, d, v, o, a, b); VM_NEXT; }
 
         VM_CASE(REDUCE_SUM) {
             if (fl & 1)
@@ -951,6 +953,7 @@ vm_next:
             VM_NEXT;
         }
         VM_CASE(GAXPY) { rt_gaxpy_tangent(fl, n, t, v, ints, o, a, b, c); VM_NEXT; }
+        VM_CASE(SSD) { t[o] = rt_kt_SSD(fl, n, t, v, a, b); VM_NEXT; }
 
         VM_CASE(REDUCE_SUM) {
             for (s = 0; s < n; s++) {
@@ -1211,6 +1214,7 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
     case RT_OP_CLIP:     la = n; lb = 1; lc = 1; break;
     case RT_OP_AXPY:     la = n; lb = 1; lc = n; break;
     case RT_OP_SQDIFF:   la = n; lb = n; break;
+    case RT_OP_SSD:      la = n; lb = n; lo = 1; break;
     case RT_OP_GAXPY: {
         /* gaxpy.h: ints[c] = z's offset, ints[c+1] = a's length, then n indices */
         int64_t zo;

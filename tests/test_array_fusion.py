@@ -70,11 +70,12 @@ def test_array_pairs_fuse_and_give_the_pairs_bits(f, n_axpy, n_sqdiff, monkeypat
     x0 = np.linspace(-1.3, 1.1, 9)
     tape, fused, unfused = _pair(f, x0, monkeypatch)
     names = _opcodes(fused)
-    n_gaxpy = names.count("GAXPY")
-    assert names.count("AXPY") + n_gaxpy == n_axpy and names.count("SQDIFF") == n_sqdiff
-    assert len(fused) == len(unfused) - n_axpy - n_gaxpy - n_sqdiff
+    n_gaxpy, n_ssd = names.count("GAXPY"), names.count("SSD")
+    assert names.count("AXPY") + n_gaxpy == n_axpy
+    assert names.count("SQDIFF") + n_ssd == n_sqdiff
+    assert len(fused) == len(unfused) - n_axpy - n_gaxpy - n_sqdiff - n_ssd
     assert all(w[1] > 1 for w in fused.code
-               if ops.VM_OPCODES[w[0] & 0xFFFF] in ("AXPY", "GAXPY", "SQDIFF"))
+               if ops.VM_OPCODES[w[0] & 0xFFFF] in ("AXPY", "GAXPY", "SQDIFF", "SSD"))
     bad = x0.copy()
     bad[[1, 3]] = [np.inf, np.nan]                 # inf/nan meet the zero weights' adjoints
     zeros = np.zeros(9)
@@ -150,6 +151,51 @@ def test_verifier_refuses_a_bad_gaxpy_record():
         CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
 
 
+LONG = RNG.standard_normal(300)
+
+
+@pytest.mark.parametrize("f, n_ssd", [
+    (lambda x: np.sum((x[1:8] - DATA) ** 2), 1),
+    (lambda x: np.sum((x[:5] - x[1:6]) ** 2), 1),                   # n < 8, overlapping
+    (lambda x: np.sum((x - 0.5 * x[::-1]) ** 2), 1),                # 8 <= n <= 128
+    (lambda x: np.sum((x[np.arange(300) % 9] - LONG) ** 2), 1),      # n > 128: pairwise halves
+    (lambda x: np.sum((x[np.arange(300) % 9] - LONG) ** 2, keepdims=True)[0], 1),
+    (lambda x: np.sum((x.reshape(3, 3) - DATA[:3]) ** 2), 0),       # broadcast operand: apart
+    (lambda x: np.sum((x.reshape(3, 3) - x.reshape(3, 3).T) ** 2, axis=(0, 1)), 1),
+    (lambda x: np.sum(np.sum((x.reshape(3, 3) - 1.0) ** 2, axis=1)), 0),   # a partial sum
+    (lambda x: np.sum((x[1:8] - DATA) ** 2) * np.sum(x[1:8]), 1),   # x read after: fine
+    (lambda x: (q := (x[1:8] - DATA) ** 2, r := np.sin(x[2]), np.sum(q) * r)[2], 0),  # between
+    (lambda x: (q := (x[1:8] - DATA) ** 2, r := np.sin(x[0]), np.sum(q) * r)[2], 1),  # not x[1:8]
+    (lambda x: np.sum((t := (x[1:8] - DATA) ** 2)) + t[0], 0),      # the squares read again
+    (lambda x: np.sum((x[1:8] - DATA) ** 2) + np.sum((x[:3] - DATA[:3]) ** 2), 2),
+])
+def test_sum_of_squared_differences_fuses_into_ssd(f, n_ssd, monkeypatch):
+    x0 = np.linspace(-1.3, 1.1, 9)
+    tape, fused, unfused = _pair(f, x0, monkeypatch)
+    names = _opcodes(fused)
+    assert names.count("SSD") == n_ssd
+    bad = x0.copy()
+    bad[[2, 5]] = [np.inf, np.nan]
+    zeros = np.zeros(9)
+    _assert_same_bits(tape, fused, unfused, (x0, 1e3 * x0 - 0.3, zeros, -zeros, bad))
+    H = fused.hessian(x0)
+    with monkeypatch.context() as m:
+        m.setattr(compiler._Lowering, "fusions", lambda self: ({}, {}))
+        H2 = unfused.hessian(x0)
+    np.testing.assert_array_equal(_bits(H), _bits(H2))
+    np.testing.assert_allclose(H, tape.hessian(x0), rtol=1e-12, atol=1e-12)
+
+
+def test_ssd_value_is_numpys_pairwise_sum():
+    # bit for bit np.sum of the stored squares, at every length's code path
+    for n in (1, 5, 8, 9, 128, 129, 300, 1000):
+        d = RNG.standard_normal(n) * 10.0 ** RNG.integers(-5, 5, n)
+        ct = rt.compile(rt.GradientTape(lambda x: np.sum((x - d[::-1]) ** 2), d))
+        assert "SSD" in _opcodes(ct) or n == 1
+        want = np.sum((d - d[::-1]) ** 2)
+        assert _bits(ct.forward(d)) == _bits(want)
+
+
 def test_broadcast_operands_stay_apart():
     # u or v broadcast (a gather first) or a scale of more than one element:
     # not the fused shapes
@@ -167,10 +213,10 @@ def test_radon_fuses_its_residual_and_keeps_the_unfused_bits(monkeypatch):
     wl = workloads.radon()
     tape, fused, unfused = _pair(wl.f, wl.x0, monkeypatch)
     names = _opcodes(fused)
-    assert names.count("GAXPY") == 1 and names.count("SQDIFF") == 1
-    assert "MUL_SV" not in names and "GATHER" not in names
+    assert names.count("GAXPY") == 1 and names.count("SSD") == 1
+    assert "MUL_SV" not in names and "GATHER" not in names and "SQDIFF" not in names
     assert fused.program.n_vals < unfused.program.n_vals
-    assert "GAXPY(@4[ints" in fused.disassemble()
+    assert "GAXPY(@4[ints" in fused.disassemble() and "[1] = SSD(@1008, @" in fused.disassemble()
     xs = [wl.x0, wl.x0 + 0.1 * RNG.standard_normal(wl.x0.size)]
     _assert_same_bits(tape, fused, unfused, xs)
     v, g = fused.value_and_gradient(xs[1])
@@ -203,7 +249,7 @@ def test_native_tier_runs_the_array_pairs_bit_for_bit():
     wl = workloads.radon(N=60, J=7)
     tape = rt.GradientTape(wl.f, wl.x0)
     vm, nt = rt.compile(tape), rt.compile(tape, native=True)
-    assert {"GAXPY", "SQDIFF"} <= set(_opcodes(vm))
+    assert {"GAXPY", "SSD"} <= set(_opcodes(vm))
     x = wl.x0 + 0.05
     v, g = vm.value_and_gradient(x)
     v2, g2 = nt.value_and_gradient(x)

@@ -224,7 +224,7 @@ class CompiledTape:
                                                               for off, size, _ in args)
                 operands += "  ; calls back into Python"
             adj = f"  adj {flags:03b}" if flags else ""
-            width = 1 if name == "CSUM" else n       # CSUM's n counts its terms
+            width = 1 if name in ("CSUM", "SSD") else n   # CSUM's n counts terms, SSD's elements
             lines.append(f"{k:5d}  @{out}[{width}] = {name}({operands}){adj}")
         return "\n".join(lines)
 
@@ -1303,7 +1303,7 @@ def _grad_shapes(prog, n_grad_inputs):
 def _arity(name):
     if name.startswith("WHERE") or name in ("CLIP", "AXPY"):
         return 3
-    if name.endswith(("_VV", "_VS", "_SV")) or name == "SQDIFF":
+    if name.endswith(("_VV", "_VS", "_SV")) or name in ("SQDIFF", "SSD"):
         return 2
     return 1
 

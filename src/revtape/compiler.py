@@ -35,6 +35,7 @@ OPC = ops.OPCODE
 _GUARD = ops.OPS["guard"]
 _ADD, _MUL, _SUB, _SQUARE = (ops.OPS[n] for n in ("add", "mul", "sub", "square"))
 _TAKE = ops.OPS["take"]
+_SUM = ops.OPS["sum"]
 
 
 @dataclass
@@ -131,6 +132,7 @@ class _Lowering:
         self.callbacks = []
         self._use_counts = None
         self.gaxpy_take = {}     # GAXPY instruction index -> the gather (take) it absorbs
+        self.ssd_sum = {}        # SSD (a sum's index) -> the SQDIFF (square's index) it absorbs
 
     # ------------------------------------------------ analysis
     def analyse(self):
@@ -283,6 +285,9 @@ class _Lowering:
             return i
 
         for k, (op, out, args, params) in enumerate(kept):
+            if op is _SUM:
+                self._sum_of_sqdiff(k, args[0], producer, inner_of, outer_of)
+                continue
             if type(vals[out]) is not float:
                 self._array_fusion(k, op, out, args, fusable, producer, inner_of, outer_of)
                 continue
@@ -364,10 +369,40 @@ class _Lowering:
                 i = fusable(args[0], k, _SUB)
                 if i is not None:
                     inner_of[i], outer_of[k] = k, ("SQDIFF", i, args[0])
+                    producer[out] = k                # a sum of it may fuse too (SSD)
         if op is _MUL or op is _SUB:
             producer[out] = k
         elif op is _TAKE and out not in self._regions():
             producer[out] = k                      # a gather, not an alias
+
+    def _sum_of_sqdiff(self, m, sq, producer, inner_of, outer_of):
+        """np.sum over every axis of an array SQDIFF used only there, at most 8
+        instructions on: one SSD (csrc/kernels.c) at the sum's place.  The
+        difference's operands then receive their adjoints at m instead of at
+        the square, so nothing between may read their slots."""
+        k = producer.get(sq)
+        kept, vals = self.kept, self.vals
+        if (k is None or outer_of.get(k, ("",))[0] != "SQDIFF" or k in inner_of
+                or self._uses().get(sq) != 1 or sq in self.roots or m - k > 8):
+            return
+        axis = kept[m][3].get("axis")
+        nd = len(_shp(vals[sq]))
+        if axis is not None and tuple(axis) != tuple(range(nd)):
+            return                                     # partial sums, or axes reordered
+        if set(kept[m][3]) - {"axis", "keepdims"}:
+            return                                     # anything else is not a plain sum
+        sub = kept[outer_of[k][1]][2]
+        regions = [self._region(a) for a in sub]
+        for j in range(k + 1, m):
+            op_j, out_j, args_j, _ = kept[j]
+            if op_j.family == ops.STRUCT and op_j.name in ("reshape", "item"):
+                continue
+            if op_j is _TAKE and out_j in self._regions():
+                continue
+            if any(_overlap(r, self._region(a)) for r in regions for a in args_j):
+                return
+        inner_of[k] = m
+        self.ssd_sum[m] = k
 
     def _gather_into_axpy(self, k, i, u, s, v, producer, inner_of, outer_of):
         """AXPY k whose u is a gather (a take that copies) used only there, at
@@ -452,6 +487,13 @@ class _Lowering:
             fam = op.family
             if k in fused_mul or k in links:
                 continue                      # emitted inside the AXPY or CSUM it ends in
+            if k in self.ssd_sum:
+                x, y = self.kept[fused_add[self.ssd_sum[k]][1]][2]
+                o = self._alloc(1)
+                offset[out] = o
+                words.append((OPC["SSD"] | (((x in adj) | ((y in adj) << 1)) << FLAGS_SHIFT),
+                              _size(_shp(vals[x])), o, offset[x], offset[y], 0))
+                continue
             if k in chains:
                 start, terms = chains[k]
                 o = self.next_free

@@ -868,7 +868,10 @@ VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDI
              "PYCALL",
              # GAXPY = a[idx] + b*z: AXPY whose first operand is a gather (a
              # regression's per-group intercept plus slope times covariate)
-             "GAXPY")
+             "GAXPY",
+             # SSD = np.sum((a - b)**2): REDUCE_SUM of a whole SQDIFF, pairwise
+             # like numpy, the squares never stored
+             "SSD")
 
 
 def _vm_opcodes():
