@@ -276,3 +276,19 @@ def test_scalar_pairs_tangents_have_the_pairs_bits(f, monkeypatch):
         m.setattr(compiler._Lowering, "fusions", lambda self: ({}, {}))
         H2 = unfused.hessian(x0)
     np.testing.assert_array_equal(_bits(H), _bits(H2))
+
+
+def test_verifier_refuses_ssd_operands_outside_the_arena():
+    from revtape.compiled import CompiledTape
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum((x[1:8] - DATA) ** 2), np.ones(9)))
+    k = _opcodes(ct).index("SSD")
+    n_vals = ct.program.n_vals
+    for col, val in ((1, n_vals), (1, -1), (3, n_vals - 3), (4, -5), (2, 0)):
+        state = ct.program.to_state()
+        code = state["code"].copy()
+        code[k, col] = val
+        state["code"] = code
+        with pytest.raises(rt.VerificationError):
+            CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
+    # the output is one slot, not n: an output right after operand b is fine
+    assert ct.code[k, 1] == 7
