@@ -18,6 +18,9 @@ def load(name):
         sys.path.insert(0, str(EXAMPLES))
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    # registered under its name, as an import would: its functions then pickle
+    # by reference into spawned worker processes
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -174,7 +177,8 @@ def _posterior_mu_tau(post, chains, draws):
 
 
 def test_dask_chains_on_a_local_cluster_match_the_reference_posterior():
-    pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed (pip install -e '.[examples]')")
+    pytest.importorskip("dask.distributed",
+                        reason="dask[distributed] is not installed (pip install -e '.[examples]')")
     pytest.importorskip("littlemcmc", reason="littlemcmc is not installed")
     ex = load("dask_chains")
     post = ex.main(chains=4, draws=400, tune=400, seed=5)      # a real 2-process LocalCluster
@@ -188,3 +192,39 @@ def test_ray_chains_match_the_reference_posterior():
     post = ex.main(chains=4, draws=400, tune=400, seed=5)
     mu, tau = _posterior_mu_tau(post, 4, 400)
     check_eight_schools(mu, tau)
+
+
+def test_walltime_script_times_every_installed_sampler_with_every_gradient():
+    pytest.importorskip("littlemcmc", reason="littlemcmc is not installed")
+    ex = load("eight_schools_walltime")
+    grads = ex.gradients()
+    assert {"revtape", "numpy (by hand)"} <= set(grads)
+    for seed in range(3):                  # the columns time the same function
+        x = np.random.default_rng(seed).normal(size=10)
+        v0, g0 = grads["revtape"]()(x)
+        for make in grads.values():
+            v, g = make()(x)
+            assert v == pytest.approx(v0, rel=1e-12)
+            np.testing.assert_allclose(g, g0, rtol=1e-10, atol=1e-12)
+    res = ex.table(chains=1, draws=30, only=["littlemcmc"])
+    assert set(res) == {("littlemcmc", g) for g in grads}
+    assert all(sec > 0 and np.isfinite(mu) for sec, mu in res.values())
+
+
+def test_threads_and_spawned_processes_give_the_sequential_chains_bit_for_bit():
+    """The scheduling comparison compares like with like: per-thread compiled
+    copies and LogDensities pickled into spawned processes replay the same
+    numbers as one process running the chains one after another."""
+    pytest.importorskip("littlemcmc", reason="littlemcmc is not installed")
+    ex = load("threads_or_processes")
+    res = ex.table(chains=2, draws=20, calls=5, workers=2)
+    for name in ("eight schools, littlemcmc", "logreg 20000x20, gradients"):
+        ref = res[name, "one after another"][1]
+        assert len(ref) == 2 and not np.array_equal(ref[0], ref[1])    # two different chains
+        for how in ("threads", "processes"):
+            sec, chains = res[name, how]
+            assert sec > 0
+            if how == "threads" and "littlemcmc" in name:
+                continue        # littlemcmc draws from numpy's global generator, shared by threads
+            for a, b in zip(chains, ref):
+                np.testing.assert_array_equal(a, b)
