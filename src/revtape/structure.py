@@ -443,8 +443,5 @@ _t.HANDLED_FUNCTIONS.update({
     np.concatenate: concatenate, np.stack: stack, np.hstack: hstack, np.vstack: vstack,
 })
 
-# np.logaddexp.reduce is a log-sum-exp along the axis (one instruction)
-_t._REDUCE_UFUNCS.setdefault(np.logaddexp, "logsumexp")
-
 __all__ = ["cumsum", "cumprod", "sort", "argsort", "argmax", "argmin", "einsum", "tensordot",
            "append", "array", "polyval", "masked_getitem"]

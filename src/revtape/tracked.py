@@ -681,7 +681,7 @@ def broadcast_to(x, shape, subok=False):
 
 
 _ITEM = ops.OPS["item"]
-_POWER_SPECIAL = {2.0: ops.OPS["square"], 0.5: ops.OPS["sqrt"], -1.0: ops.OPS["reciprocal"]}
+_POWER_SPECIAL = ops.POWER_SPECIAL    # the rows with power= (x ** 2 -> square)
 
 
 def getitem(x, key):
@@ -1017,26 +1017,13 @@ if hasattr(np, "amax"):
 
 # ---------------------------------------------------------------- ufuncs
 
-_UFUNC_OPS = {
-    np.add: "add", np.subtract: "sub", np.multiply: "mul", np.divide: "div",
-    np.negative: "neg", np.exp: "exp", np.log: "log", np.log1p: "log1p",
-    np.expm1: "expm1", np.sqrt: "sqrt", np.square: "square", np.reciprocal: "reciprocal",
-    np.sin: "sin", np.cos: "cos", np.tan: "tan", np.tanh: "tanh", np.sinh: "sinh",
-    np.cosh: "cosh", np.arctan: "arctan", np.absolute: "abs", np.fabs: "abs",
-    np.maximum: "maximum", np.minimum: "minimum",
-    np.logaddexp: "logaddexp", np.arctan2: "arctan2",
-    np.logical_and: "logical_and", np.logical_or: "logical_or", np.logical_not: "logical_not",
-    np.sign: "sign", np.floor: "floor", np.ceil: "ceil",
-}
-_UFUNC_OPS.update({np.arcsin: "arcsin", np.arccos: "arccos", np.arcsinh: "arcsinh",
-                   np.arccosh: "arccosh", np.arctanh: "arctanh"})
-if _sps is not None:
-    _UFUNC_OPS.update({getattr(_sps, n): n for n in (
-        "erfc", "erfcx", "ndtr", "log_ndtr", "ndtri", "logit", "i0e", "i1e", "xlog1py",
-        "betaln")})
-if _sps is not None:
-    _UFUNC_OPS.update({_sps.gammaln: "gammaln", _sps.digamma: "digamma", _sps.expit: "expit",
-                       _sps.log_expit: "log_expit", _sps.erf: "erf", _sps.xlogy: "xlogy"})
+# The ufuncs that record one row each, the comparisons, the reductions and
+# the constant powers are derived from the op table's fields (ops.UFUNC_OPS
+# ...): a new row with its numpy/scipy ufunc needs no edit here.  What is
+# below is the rest: ufuncs computed from several rows, and refusals.
+_UFUNC_OPS = ops.UFUNC_OPS
+_UFUNC_COMPARE = ops.UFUNC_COMPARE
+_REDUCE_UFUNCS = ops.REDUCE_UFUNCS
 
 
 
@@ -1050,9 +1037,6 @@ def _gammainc_in_x(name):
         return getattr(P, name)(a, x)
     return f
 
-
-_UFUNC_COMPARE = {np.less: "lt", np.less_equal: "le", np.greater: "gt",
-                  np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne"}
 
 _UFUNC_SPECIAL = {
     np.power: power, np.float_power: power, np.positive: lambda x: x,
@@ -1100,19 +1084,15 @@ def _polygamma(n, x):
     return P.digamma(x) if int(n) == 0 else P.trigamma(x)
 
 
-_REDUCE_UFUNCS = {np.add: "sum", np.multiply: "prod", np.maximum: "max", np.minimum: "min",
-                  np.logical_and: "all", np.logical_or: "any"}
-
-
 def array_ufunc(ufunc, method, inputs, kwargs):
     if method == "__call__" and not kwargs:
-        name = _UFUNC_OPS.get(ufunc)
-        if name is not None:
+        op = _UFUNC_OPS.get(ufunc)
+        if op is not None:
             a = inputs[0]
             if len(inputs) == 1:
-                return _record1(ops.OPS[name], a)
+                return _record1(op, a)
             if len(inputs) == 2 and type(a) in (TrackedReal, TrackedArray):
-                return _record2(ops.OPS[name], a, inputs[1], False)
+                return _record2(op, a, inputs[1], False)
     fname = public_name(ufunc) + ("" if method == "__call__" else f".{method}")
     kwargs = dict(kwargs)
     out = kwargs.pop("out", None)
@@ -1145,9 +1125,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         _refuse(fname, "signature")
     if kwargs:
         _refuse(fname, next(iter(kwargs)))
-    name = _UFUNC_OPS.get(ufunc)
-    if name is not None:
-        return getattr(P, name)(*inputs)
+    op = _UFUNC_OPS.get(ufunc)
+    if op is not None:
+        return getattr(P, op.name)(*inputs)
     pred = _UFUNC_COMPARE.get(ufunc)
     if pred is not None:
         return compare(pred, *inputs)
