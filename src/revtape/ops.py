@@ -96,6 +96,7 @@ class Op:
     #                                   a scalar comparison branches, recording a guard
     power: float = None               # x ** power (a constant) records this row (square: 2.0)
     reduces: tuple = ()               # reductions: the ufuncs whose .reduce records this row
+    mask: bool = False                # its 0/1 result may index: x[mask] (comparisons, logical_*)
     index: int = field(default=-1)    # position in OPS
 
     def __repr__(self):
@@ -510,13 +511,13 @@ for _n, _f, _sym, _pred in [("lt", np.less, "<", operator.lt),
                             ("eq", np.equal, "==", operator.eq),
                             ("ne", np.not_equal, "!=", operator.ne)]:
     _def(_n, BINARY_ND, _mask(_f), c_fwd=f"(double)(x {_sym} y)", diff=False, ufuncs=(_f,),
-         guard=(_sym, _pred))
+         guard=(_sym, _pred), mask=True)
 for _n, _f, _c in [("logical_and", np.logical_and, "x != 0.0 && y != 0.0"),
                    ("logical_or", np.logical_or, "x != 0.0 || y != 0.0")]:
-    _def(_n, BINARY_ND, _mask(_f), c_fwd=f"(double)({_c})", diff=False, ufuncs=(_f,))
+    _def(_n, BINARY_ND, _mask(_f), c_fwd=f"(double)({_c})", diff=False, ufuncs=(_f,), mask=True)
 
 _def("logical_not", UNARY_ND, _mask(np.logical_not), c_fwd="(double)(x == 0.0)", diff=False,
-     ufuncs=(np.logical_not,))
+     ufuncs=(np.logical_not,), mask=True)
 _def("sign", UNARY_ND, _quiet(np.sign), c_fwd="x != x ? x : (double)((x > 0) - (x < 0))",
      diff=False)
 _def("floor", UNARY_ND, _quiet(np.floor), c_fwd="floor(x)", diff=False)
@@ -930,6 +931,7 @@ UFUNC_COMPARE = {u: op.name for op in OPS.values() if op.guard is not None for u
 REDUCE_UFUNCS = {u: op.name for op in OPS.values() if op.family == REDUCE for u in op.reduces}
 POWER_SPECIAL = {op.power: op for op in OPS.values() if op.power is not None}
 SPECIAL_ROWS = {op.special: op for op in OPS.values() if op.special}
+MASK_OPS = frozenset(op.name for op in OPS.values() if op.mask)
 
 # ---------------------------------------------------------------- the VM's opcodes
 # Derived from the table: one opcode per unary op, three operand-kind variants

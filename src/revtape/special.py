@@ -22,7 +22,7 @@ from . import _scipy_dispatch
 from .errors import UnsupportedError
 from .ops import sps
 from .ops import P, SPECIAL_ROWS
-from .tracked import _polygamma, istracked
+from .tracked import DROP_INS, _polygamma, istracked
 from .tracked import value as _value
 from .tracked import logsumexp as _tracked_logsumexp
 
@@ -108,6 +108,8 @@ def polygamma(n, x):
 SCIPY_ROUTED = {"logsumexp": logsumexp, "polygamma": polygamma, "softmax": softmax,
                 "log_softmax": log_softmax, "multigammaln": multigammaln}
 _scipy_dispatch.route(sps, SCIPY_ROUTED)
+DROP_INS["scipy.special"] = lambda name, dist: (
+    f"rt.special.{name}" if callable(globals().get(name)) else None)
 
 __all__ = list(SPECIAL_ROWS) + ["psi", "logsumexp", "polygamma", "softmax", "log_softmax",
                                  "multigammaln"]

@@ -189,6 +189,34 @@ class Tape:
         self._htape = None        # cache: the traced gradient tape for hessian()
         self._replayed_by = None  # the CompiledTape whose arena holds the last replay
 
+    # ------------------------------------------------ the IR
+    # What the compiler, the transforms and the Hessian construction read
+    # (read-only by contract; only the tape and its tracked handles write).
+    @property
+    def instructions(self):
+        """The recorded instructions, in order: ``(op, out, args, params)`` with
+        op a row of the op table, out and args node ids, params its static
+        arguments; a guard has out == -1."""
+        return self._instrs
+
+    @property
+    def values(self):
+        """Node id -> value (float or read-only float64 ndarray): inputs,
+        constants and results as recorded or as the last reference replay left
+        them (constants and shapes never change)."""
+        return self._vals
+
+    @property
+    def input_ids(self):
+        """The inputs' node ids, in track() order."""
+        return tuple(self._inputs._ids)
+
+    @property
+    def output_id(self):
+        """The output's node id (None before finish)."""
+        outs = self._outs
+        return outs._ids[0] if len(outs) else None
+
     # ------------------------------------------------ recording
     @property
     def recording(self):
@@ -291,6 +319,15 @@ class Tape:
         self._instrs.append((_GUARD, -1, ids, {
             "pred": pred, "expected": bool(result), "where": _caller(),
             "index": self._n_guards}))
+        self._n_guards += 1
+
+    def copy_guard(self, a, b, params):
+        """Record a guard that another tape recorded (same predicate, expected
+        outcome and source line) on this tape's values a and b: a traced
+        replay of that tape keeps refusing the same branch changes."""
+        self._check_recording()
+        self._instrs.append((_GUARD, -1, (self._arg_id(a), self._arg_id(b)),
+                             {**params, "index": self._n_guards}))
         self._n_guards += 1
 
     def finish(self, output):
@@ -705,9 +742,43 @@ def trace_gradient(tape):
     Its output is the gradient (an array for an array input); replaying it
     gives gradients, and its Jacobian is the Hessian.  The original's guards
     are recorded again, so the gradient tape refuses the same branch changes.
+    (hessian.HessianTape is such a tape with f's value and Hessian methods.)
     """
-    from .api import HessianTape
-    return HessianTape._from_tape(tape)
+    gtape = Tape()
+    record_gradient(gtape, tape)
+    return gtape
+
+
+def record_gradient(dst, src):
+    """Record src's forward and reverse passes onto the empty tape dst, whose
+    output becomes src's gradient; returns the node id of f's value on dst."""
+    src._check_finished()
+    src._scalar_output()
+    if len(src._inputs) != 1:
+        raise UnsupportedError(
+            "this tape has several inputs; for Hessians of a function of a tuple or a "
+            "pytree record rt.HessianTape(f, x) or use rt.hessian(f) / rt.hvp(f): they lay "
+            "the inputs out as one vector")
+    xin = src._inputs[0]
+    hx = dst.track(src._vals[xin._id])
+    env = list(src._vals)         # constants stay plain; computed nodes become tracked
+    env[xin._id] = hx
+    for op, out, args, params in src._instrs:
+        if op is _GUARD:
+            a, b = env[args[0]], env[args[1]]
+            if getattr(a, "_is_tracked", False) or getattr(b, "_is_tracked", False):
+                dst.copy_guard(a, b, params)
+            continue
+        env[out] = ops.apply(op, [env[a] for a in args], params)
+    adj = backprop(src._instrs, env, src._output._id, 1.0, src._active_ids())
+    g = adj.get(xin._id)
+    if g is None:
+        g = 0.0 if type(src._vals[xin._id]) is float else np.zeros(np.shape(src._vals[xin._id]))
+    elif ops.shape_of(g) != ops.shape_of(src._vals[xin._id]):
+        g = ops.broadcast_to(g, ops.shape_of(src._vals[xin._id]))
+    value_id = dst._arg_id(env[src._output._id])
+    dst.finish(g)
+    return value_id
 
 
 # ---------------------------------------------------------------- input and out= checks

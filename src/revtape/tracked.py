@@ -692,8 +692,7 @@ def getitem(x, key):
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {n}")
         return _record1(_ITEM, x, {"i": key % n})
     if istracked(key):
-        from .structure import masked_getitem   # x[x > c]: a guarded gather
-        return masked_getitem(x, key)
+        return masked_getitem(x, key)         # x[x > c]: a guarded gather
     if isinstance(key, tuple) and any(istracked(k) for k in key):
         raise UnsupportedError("indexing with a tracked value depends on the data; use np.where "
                                "or index with plain integers")
@@ -1015,6 +1014,52 @@ if hasattr(np, "amax"):
     HANDLED_FUNCTIONS[np.amin] = HANDLED_FUNCTIONS[np.min]
 
 
+# ---------------------------------------------------------------- x[mask] by a tracked mask
+
+_MASK_OPS = ops.MASK_OPS     # rows with mask=True: comparisons and logical_*
+
+
+def _producer(t):
+    """The op that computed tracked value t on its tape (None for inputs/constants)."""
+    for instr in reversed(t._tape._instrs):
+        if instr[1] == t._id:
+            return instr[0]
+    return None
+
+
+def masked_getitem(x, key):
+    """x[mask] with a tracked boolean mask (a comparison or logical_* result):
+    the elements where the mask held at recording, as one gather.  Which
+    elements those are depends on the data, so a guard records that the mask
+    is unchanged: a replay where any element of the mask differs raises
+    rt.BranchChanged (rt.grad re-records), like any branch on a comparison."""
+    if not istracked(key) or istracked(x) and key._tape is not x._tape and key._id >= 0:
+        raise UnsupportedError("indexing with a tracked value depends on the data; use np.where "
+                               "or index with plain integers")
+    op = _producer(key) if key._id >= 0 else None
+    if op is None or op.name not in _MASK_OPS:
+        raise UnsupportedError(
+            "indexing with a tracked value: only a boolean mask made by a comparison or "
+            "np.logical_* on tracked values (x[x > c]) is supported; for other data-dependent "
+            "choices use np.where or index with plain integers")
+    m0 = np.asarray(_value_of(key)) != 0.0
+    shape = tuple(np.shape(_value_of(x)))
+    idx = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[m0]
+    _guard_all(P.eq(key, m0.astype(np.float64)),
+               "the elements selected by a tracked boolean mask x[mask] changed")
+    return P.take(x, idx=np.ascontiguousarray(idx))
+
+
+def _guard_all(mask, what):
+    """Record that every element of the tracked 0/1 mask holds (a guard)."""
+    if istracked(mask) and bool(np.size(_value_of(mask))):
+        tape = mask._tape
+        n = len(tape._instrs)
+        bool(reduce("all", mask))          # bool() of a tracked value records the guard
+        if len(tape._instrs) > n and tape._instrs[-1][1] == -1:
+            tape._instrs[-1][3]["what"] = what
+
+
 # ---------------------------------------------------------------- ufuncs
 
 # The ufuncs that record one row each, the comparisons, the reductions and
@@ -1147,6 +1192,14 @@ def array_ufunc(ufunc, method, inputs, kwargs):
 # __array__, naming rt.special.<name> -- revtape's own function of the same
 # name -- when there is one.
 
+# revtape's replacement for a scipy function, named in the ConversionError a
+# tracked argument raises inside scipy: {scipy package: fn(name, distribution
+# or None) -> what to use instead, or None}.  The drop-in modules (special.py,
+# linalg.py, stats.py) fill it when they import, so that this module, below
+# them, imports none of them.
+DROP_INS = {}
+
+
 def _scipy_caller():
     """(public scipy name, revtape's replacement or None) of the scipy function
     that is converting a tracked value with np.asarray, or None when it is not
@@ -1186,13 +1239,7 @@ def _scipy_caller():
                     and getattr(sys.modules.get(pkg), fname, None) is not None):
                 name, package, public = fname, pkg, f"{pkg}.{fname}"
                 break
-    from . import special
-    ours = f"rt.special.{name}" if (package == "scipy.special"
-                                    and callable(getattr(special, name, None))) else None
-    if package == "scipy.linalg" and name in getattr(sys.modules.get("revtape.linalg"),
-                                                     "_SCIPY", ()):
-        public = f"scipy.linalg.{name}"
-        ours = f"revtape.linalg's {name} (scipy.linalg.{name} looked up after importing revtape)"
+    dist = None
     if package == "scipy.stats":
         # a distribution method (norm.logpdf): its instance names the distribution
         # (a frozen one through .dist; multivariate ones only by class name)
@@ -1204,7 +1251,7 @@ def _scipy_caller():
             dist = cls[:-4] if cls.endswith("_gen") else None
         if dist:
             public = f"scipy.stats.{dist}.{name}"
-            from . import stats as rt_stats
-            if hasattr(type(getattr(rt_stats, dist, None)), name):
-                ours = f"rt.stats.{dist}.{name}"
+    ours = DROP_INS[package](name, dist) if package in DROP_INS else None
+    if package == "scipy.linalg" and ours is not None:
+        public = f"scipy.linalg.{name}"
     return public, ours
