@@ -26,7 +26,9 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Inpu
                      OutputError, RevtapeError, VerificationError)
 from .errors import PicklingError
 from .hessian import HessianTape, Parts
-from .tape import NULL_TAPE, Tape, branch_changed, check_input, check_out, shape_of
+from .guards import branch_changed
+from .tape import NULL_TAPE, Tape
+from .values import check_input, check_out, shape_of
 
 try:
     from ._vm import ffi, lib

@@ -9,7 +9,9 @@ import numpy as np
 
 from . import ops, pytree
 from .errors import InputError, OutputError, TapeMixError
-from .tape import Tape, backprop, shape_of
+from .replay import backprop
+from .tape import Tape
+from .values import shape_of
 
 _GUARD = ops.OPS["guard"]
 

@@ -14,7 +14,9 @@ import numpy as np
 from . import pytree
 from .errors import InputError, UnsupportedError
 from .recording import GradientTape, call_with
-from .tape import Tape, check_input, check_out, record_gradient
+from .replay import record_gradient
+from .tape import Tape
+from .values import check_input, check_out
 
 
 class HessianTape(Tape):

@@ -17,7 +17,8 @@ import inspect
 
 from . import pytree
 from .errors import InputError
-from .tape import Tape, check_out
+from .tape import Tape
+from .values import check_out
 from .watch import Watcher, warn_tape_draws
 
 # Set while a one-shot rt.gradient/jacobian/hessian/hvp records f: its tape is

@@ -20,7 +20,8 @@ import numpy as np
 from . import ops
 from .errors import ConversionError, UnsupportedError
 from . import tape as _tape_module
-from .tape import NULL_TAPE, _norm, as_value, shape_of
+from .tape import NULL_TAPE
+from .values import _norm, as_value, shape_of
 
 P = ops.P
 
