@@ -40,7 +40,7 @@ from struct import pack as _struct_pack
 
 import numpy as np
 
-from . import functional, ops
+from . import _draws, functional, ops
 from .functional import _holds_tracked
 from .api import gc_paused
 from .compiled import CompiledTape, ffi as _ffi, lib as _lib
@@ -500,7 +500,7 @@ class _Variant:
         self.guards = guards
         self.check = guards.compiled_check()
         self.replicas = {threading.get_ident(): _Replica(ctape)}
-        self.draw_replay = None      # f draws from Generator arguments: _DrawInputs.replay
+        self.draw_replay = None      # f draws from generators: _draws.DrawLog.replay
         self.aux = None              # has_aux: the aux spec (functional.aux_spec)
 
     def replica(self):
@@ -769,7 +769,8 @@ class GradFunction:
             if i not in argnums and type(a) is np.ndarray and a.dtype.kind == "f":
                 targs[i] = tape.track(a)
         pre = _pre_snapshots(self.fun)
-        draws = _DrawInputs(tape, targs) if proxy_draws else None
+        # generators f reaches draw through stand-ins while it runs (_draws.py)
+        draws = _draws.DrawLog.start(tape, self.fun, targs, kwargs) if proxy_draws else None
         watcher = _Watcher()
         try:
             with gc_paused():
@@ -779,8 +780,12 @@ class GradFunction:
                 raise
             # f could not take its draws as tracked values (float(z), z.astype(int)):
             # put the generators back and record it with plain draws
+            draws.stop()
             draws.rewind()
             return self._record(key, args, kwargs, argnums, proxy_draws=False)
+        finally:
+            if draws is not None:
+                draws.stop()
         if self.has_aux:
             out, aux = functional.split_aux(out)
         tape.finish(out)
@@ -790,12 +795,14 @@ class GradFunction:
         n_diff = len(parts) - sum(1 for i, a in enumerate(args) if i not in argnums
                                   and type(a) is np.ndarray and a.dtype.kind == "f")
         entry.layout = functional.layout_of(args, argnums)
-        if draws and not draws.exact(watcher):
+        if draws and not draws.exact():
+            why = ", ".join(dict.fromkeys(draws.opaque)) or "a draw revtape did not see"
             draws = None
-            watcher.draws.append(("a draw from a Generator argument that cannot be replayed",
-                                  "(a method other than standard_normal/random/"
-                                  "standard_exponential(size))"))
-        if draws is not None and not draws.log:
+            watcher.draws.append((f"draws that cannot be replayed compiled ({why})",
+                                  "(replayed: standard_normal, random, standard_exponential, "
+                                  "normal, uniform, exponential and their legacy np.random "
+                                  "forms)"))
+        if draws is not None and not draws.steps:
             draws = None
         if any(s is None or draws is None or id(s) not in draws.streams
                for s in watcher.draw_streams) or (watcher.draws and draws is None):
@@ -823,6 +830,8 @@ class GradFunction:
                 value = (value, functional.plain_aux(aux))
             return self._result(value, grads)
         guards = collect_guards(self.fun, watcher, pre, args, kwargs)
+        if draws is not None:
+            draws.add_guards(guards, _snapshot)
         ctape = CompiledTape(tape, n_grad=n_diff)
         variant = _Variant(ctape, guards)
         variant.aux = spec
@@ -919,103 +928,6 @@ class GradFunction:
     def __reduce__(self):
         _check_picklable(self.fun, self.__name__)
         return (_rebuild_grad, (self.fun,) + self._options())
-
-
-class _DrawingGenerator(np.random.Generator):
-    """Stands in, while f is recorded, for a numpy Generator passed to f as an
-    argument, drawing from the same bit generator.  standard_normal, random
-    and standard_exponential called with a size alone return the numbers as
-    tracked tape inputs, so every use of them is on the tape (or an escape
-    such as float(z) fails the recording, which is then redone with plain
-    draws); each replay refills those inputs by the same calls, in order, on
-    the same generator -- the numbers a re-run of f would draw.  Any other
-    method marks the recording not replayable (f is then recorded on every
-    call)."""
-
-    _REPLAYABLE = ("standard_normal", "random", "standard_exponential")
-
-    def __init__(self, gen, tape, log):
-        np.random.Generator.__init__(self, gen.bit_generator)
-        self._rt = (gen, tape, log)
-        self._rt_opaque = False
-
-    def __getattribute__(self, name):
-        if not name.startswith("_") and name not in _DrawingGenerator._REPLAYABLE \
-                and name not in ("bit_generator", "spawn"):
-            object.__setattr__(self, "_rt_opaque", True)
-        return object.__getattribute__(self, name)
-
-    def _rt_draw(self, name, args, kwargs):
-        value = getattr(np.random.Generator, name)(self, *args, **kwargs)
-        if len(args) + len(kwargs) > 1 or (kwargs and "size" not in kwargs):
-            object.__setattr__(self, "_rt_opaque", True)     # dtype, out, loc...: not replayed
-            return value
-        gen, tape, log = self._rt
-        size = args[0] if args else kwargs.get("size")
-        log.append((gen, name, size))
-        return tape.track(value)
-
-    def standard_normal(self, *args, **kwargs):
-        return self._rt_draw("standard_normal", args, kwargs)
-
-    def random(self, *args, **kwargs):
-        return self._rt_draw("random", args, kwargs)
-
-    def standard_exponential(self, *args, **kwargs):
-        return self._rt_draw("standard_exponential", args, kwargs)
-
-
-class _DrawInputs:
-    """The Generator arguments of one recording, replaced by
-    _DrawingGenerator, and the draws logged as tape inputs."""
-
-    def __init__(self, tape, targs):
-        self.tape, self.log, self.proxies, self.streams, self.before = tape, [], [], {}, []
-        for i, a in enumerate(targs):
-            if type(a) is np.random.Generator:
-                p = _DrawingGenerator(a, tape, self.log)
-                targs[i] = p
-                self.proxies.append(p)
-                self.streams[id(a.bit_generator)] = a.bit_generator
-                self.before.append((a.bit_generator, a.bit_generator.state))
-        self.n_inputs = len(tape._inputs)
-
-    def __bool__(self):
-        return bool(self.proxies)
-
-    def rewind(self):
-        for bg, state in self.before:
-            bg.state = state
-
-    def exact(self, watcher):
-        """The logged calls account for every move of the generators."""
-        if any(p._rt_opaque for p in self.proxies):
-            return False
-        copies = {id(bg): np.random.Generator(type(bg)()) for bg, _ in self.before}
-        for bg, state in self.before:
-            copies[id(bg)].bit_generator.state = state
-        for gen, name, size in self.log:
-            getattr(copies[id(gen.bit_generator)], name)(size=size)
-        return all(_freeze(copies[id(bg)].bit_generator.state) == _freeze(bg.state)
-                   for bg, _ in self.before)
-
-    def recorded(self):
-        return tuple(self.tape._vals[t._id] for t in self.tape._inputs[self.n_inputs:])
-
-    def replay(self, value_and_gradient):
-        steps = [(getattr(gen, name), size) for gen, name, size in self.log]
-        streams = [bg for bg, _ in self.before]
-
-        def replay(x):
-            saved = [bg.state for bg in streams]
-            xs = (x if type(x) is tuple else (x,)) + tuple(draw(size=size) for draw, size in steps)
-            try:
-                return value_and_gradient(xs)
-            except BaseException:       # a branch guard failed: as if this call never drew
-                for bg, st in zip(streams, saved):
-                    bg.state = st
-                raise
-        return replay
 
 
 def _rebuild_grad(fun, argnums, on_stale, with_value, cache_size, has_aux=False):

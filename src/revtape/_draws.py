@@ -1,0 +1,630 @@
+"""Fresh random draws in rt.grad's compiled replays.
+
+A draw recorded on a tape is a constant, so a compiled replay would reuse the
+first call's noise.  While rt.grad records f, every numpy Generator and
+RandomState that f can reach -- its arguments, closure cells, the globals its
+code names (and the closures and globals of the user functions those lead to),
+attributes of objects reached from them (``self.rng``, ``self.sampler.rngs[0]``),
+and numpy's legacy ``np.random.*`` functions -- is swapped, in place, for a
+stand-in drawing from the same stream.  The stand-in makes each draw it can
+replay a tracked tape input (so every use of the numbers is on the tape, or an
+escape such as float(z) fails the recording, which is then redone with plain
+draws) and logs the call that refills it.  A replay makes the logged calls, in
+order, on the same generator objects (guarded by identity where they were
+found), writes the numbers into the inputs, and runs the program: the numbers a
+re-run of f would draw, and the generators end in the state a re-run leaves.
+
+Replayed: standard_normal, random and standard_exponential (and the legacy
+randn, rand, random_sample, sample, ranf, standard_normal, standard_exponential)
+with a size; normal(loc, scale, size), uniform(low, high, size) and
+exponential(scale, size) with scalar or array parameters, plain or tracked,
+as the standard draw of the result's shape transformed on the tape
+(loc + scale*z, low + (high-low)*u, scale*e: numpy's own formulas, checked bit
+for bit against numpy on a copy of the stream at recording).  Anything else
+(integers, choice, permutation, shuffle, other distributions, dtype/out
+arguments, a generator reached where it cannot be swapped) leaves the
+recording unreplayable: rt.grad then records on every call.  Exactness does not
+rest on having swapped everything: after the run, the logged calls are replayed
+on copies of every stream's starting state and must reproduce each stream's
+final state, and every stream the watcher saw move must be one of them.
+
+Swaps are shared between threads recording at once (a reference count per
+place) and the stand-ins log only in the thread that is recording, so other
+threads drawing meanwhile get plain numpy behaviour (and make the recording
+unreplayable, since the stream moved by more than the log).
+"""
+
+import functools
+import threading
+import types
+
+import numpy as np
+
+from . import tracked as _t
+from .watch import _freeze, is_user_file
+
+_GEN = np.random.Generator
+_RS = np.random.RandomState
+_tls = threading.local()
+_lock = threading.Lock()
+_installed = {}          # place key -> [place, real, replacement, count]
+_stand_ins = {}          # id(real) -> [real, stand-in, count]
+
+# method -> (standard draw it is a transform of, the transform's parameter
+# names and defaults); a plain standard draw has no parameters
+_G_SPECS = {
+    "standard_normal": ("standard_normal", ()),
+    "random": ("random", ()),
+    "standard_exponential": ("standard_exponential", ()),
+    "normal": ("standard_normal", (("loc", 0.0), ("scale", 1.0))),
+    "uniform": ("random", (("low", 0.0), ("high", 1.0))),
+    "exponential": ("standard_exponential", (("scale", 1.0),)),
+}
+_RS_SPECS = {
+    "standard_normal": ("standard_normal", ()),
+    "random_sample": ("random_sample", ()),
+    "random": ("random_sample", ()),
+    "sample": ("random_sample", ()),
+    "ranf": ("random_sample", ()),
+    "standard_exponential": ("standard_exponential", ()),
+    "normal": ("standard_normal", (("loc", 0.0), ("scale", 1.0))),
+    "uniform": ("random_sample", (("low", 0.0), ("high", 1.0))),
+    "exponential": ("standard_exponential", (("scale", 1.0),)),
+    "randn": ("standard_normal", "dims"),
+    "rand": ("random_sample", "dims"),
+}
+# Generator methods that do not draw (looking them up marks nothing)
+_G_QUIET = frozenset({"bit_generator", "spawn"})
+
+
+def _active():
+    return getattr(_tls, "log", None)
+
+
+def _parse(specs, name, args, kwargs):
+    """(base, size, params) of a replayable call, or None."""
+    spec = specs.get(name)
+    if spec is None:
+        return None
+    base, names = spec
+    if names == "dims":                     # randn(d0, d1, ...), rand(...)
+        if kwargs or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+                             for d in args):
+            return None
+        return base, (tuple(int(d) for d in args) if args else None), {}
+    if not names:                           # standard_normal(size=None, dtype=float64, ...)
+        kw = dict(kwargs)
+        size = kw.pop("size", args[0] if args else None)
+        if len(args) > 1 or (args and "size" in kwargs):
+            return None
+        dtype = kw.pop("dtype", np.float64)
+        if kw.pop("method", "zig") != "zig" or kw.pop("out", None) is not None or kw:
+            return None
+        try:
+            if np.dtype(dtype) != np.float64:
+                return None
+        except TypeError:
+            return None
+        return base, size, {}
+    params = dict(names)
+    order = [n for n, _ in names] + ["size"]
+    if len(args) > len(order):
+        return None
+    bound = dict(zip(order, args))
+    for k, v in kwargs.items():
+        if k not in order or k in bound:
+            return None
+        bound[k] = v
+    size = bound.pop("size", None)
+    params.update(bound)
+    return base, size, params
+
+
+def _plain(v):
+    return _t._value_of(v) if _t.istracked(v) else v
+
+
+def _bits_equal(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+class DrawLog:
+    """The swaps and the logged draws of one recording (rt.grad._record)."""
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.steps = []          # (real generator, standard draw method, size)
+        self.opaque = []         # why the draws cannot be replayed
+        self.reals = {}          # id(real) -> real, every generator swapped or passed
+        self.before = {}         # id(stream) -> (kind, stream, state before the run)
+        self.streams = {}        # ids the watcher may name a moved stream by
+        self.places = []         # (place, real, method or None): where stand-ins are
+        self.placed = []         # the same, after stop()
+        self.thread = threading.get_ident()
+        self.n_inputs = len(tape._inputs)
+        self._prev = None
+        self._stopped = False
+
+    def __bool__(self):
+        return bool(self.reals)
+
+    # ------------------------------------------------ starting and stopping
+    @classmethod
+    def start(cls, tape, fn, targs, kwargs):
+        """Swap stand-ins for the generators fn can reach (and for generator
+        arguments in targs); log draws in this thread until stop()."""
+        log = cls(tape)
+        for i, a in enumerate(targs):
+            if type(a) in (_GEN, _RS):
+                log._note(a)
+                targs[i] = _stand_in(a)
+        places, legacy = _find(fn, targs, kwargs)
+        if legacy:
+            mod = np.random.__dict__
+            for name in _RS_SPECS:
+                v = mod.get(name)
+                if isinstance(v, types.MethodType) and v.__self__ is np.random.mtrand._rand:
+                    places.append((("item", mod, name), v.__self__, name))
+        for place, real, attr in places:
+            log._note(real)
+            held = _install(place, real, attr)
+            if held is not None:
+                log.places.append((place, real, held))
+        log._prev, _tls.log = _active(), log
+        return log
+
+    def stop(self):
+        if self._stopped:
+            return
+        self._stopped = True
+        _tls.log = self._prev
+        for place, _, _ in self.places:
+            _uninstall(place)
+        self.placed, self.places = self.places, []
+        for real in self.reals.values():
+            _release(real)
+
+    def _note(self, real):
+        if id(real) in self.reals:
+            return
+        _acquire(real)
+        self.reals[id(real)] = real
+        if type(real) is _GEN:
+            bg = real.bit_generator
+            self.streams[id(bg)] = bg
+            if id(bg) not in self.before:
+                self.before[id(bg)] = ("gen", bg, bg.state)
+        else:
+            bg = real._bit_generator
+            self.streams[id(real)] = real
+            self.streams[id(bg)] = bg
+            if id(bg) in self.before:           # a RandomState sharing a Generator's stream
+                self.opaque.append("a RandomState and another generator share one bit generator")
+            self.before[id(bg)] = ("rs", real, real.get_state())
+
+    # ------------------------------------------------ drawing (called by the stand-ins)
+    def draw(self, real, specs, name, args, kwargs, call):
+        if id(real) not in self.reals:
+            self.opaque.append(f"{name} on a generator found during the run")
+            return call()
+        parsed = _parse(specs, name, args, kwargs)
+        if parsed is None:
+            self.opaque.append(f"{type(real).__name__}.{name}"
+                               + (" with these arguments" if name in specs else ""))
+            return call()
+        base, size, params = parsed
+        if any(_t.istracked(v) and (v._tape is not self.tape or v._id < 0)
+               for v in params.values()):
+            self.opaque.append(f"{name} with a parameter from another tape")
+            return call()
+        if not params:
+            z = getattr(real, base)(size=size)
+            self.steps.append((real, base, size))
+            return self.tape.track(z)
+        # numpy's answer on a copy of the stream: its errors, its shape, its bits
+        want = getattr(_twin(real), name)(**{k: _plain(v) for k, v in params.items()},
+                                           size=size)
+        zsize = np.shape(want) if isinstance(want, np.ndarray) else None
+        z = self.tape.track(getattr(real, base)(size=zsize))
+        self.steps.append((real, base, zsize))
+        p = {}
+        for k, v in params.items():
+            if not _t.istracked(v):
+                v = np.asarray(v, dtype=np.float64)
+                v = float(v) if v.ndim == 0 else v
+            p[k] = v
+        if base == "standard_normal":
+            out, scale = p["loc"] + p["scale"] * z, p["scale"]
+        elif base == "standard_exponential":
+            out, scale = p["scale"] * z, p["scale"]
+        else:
+            scale = p["high"] - p["low"]
+            out = p["low"] + scale * z
+        if not _bits_equal(_plain(out), want):
+            self.opaque.append(f"{name}: the tape's transform of the standard draw did not "
+                               "reproduce numpy's numbers")
+            return want
+        if _t.istracked(scale):
+            # numpy refuses a negative scale (or an infinite range): a replay
+            # whose parameters leave the region numpy accepted re-records, and
+            # the recording run raises numpy's own error
+            from .structure import _guard_all
+            sv = np.asarray(_plain(scale))
+            if base == "random":
+                if not np.all(np.abs(sv) < np.inf):
+                    self.opaque.append(f"{name} with an infinite range")
+                    return want
+                _guard_all(np.abs(scale) < np.inf,
+                           f"the range of {name}'s tracked bounds became infinite or nan")
+            else:
+                if not np.all(sv > 0):
+                    self.opaque.append(f"{name} with a tracked scale that is not > 0")
+                    return want
+                _guard_all(scale > 0, f"{name}'s tracked scale is no longer > 0")
+        return out
+
+    # ------------------------------------------------ after the run
+    def rewind(self):
+        for kind, stream, state in self.before.values():
+            if kind == "gen":
+                stream.state = state
+            else:
+                stream.set_state(state)
+
+    def exact(self):
+        """The logged calls account for every move of every stream."""
+        if self.opaque:
+            return False
+        twins = {}
+        for key, (kind, stream, state) in self.before.items():
+            if kind == "gen":
+                twin = _GEN(type(stream)())
+                twin.bit_generator.state = state
+            else:
+                twin = _RS(type(stream._bit_generator)())
+                twin.set_state(state)
+            twins[key] = twin
+        for real, base, size in self.steps:
+            key = id(real.bit_generator if type(real) is _GEN else real._bit_generator)
+            getattr(twins[key], base)(size=size)
+        for key, (kind, stream, _) in self.before.items():
+            if kind == "gen":
+                same = _freeze(twins[key].bit_generator.state) == _freeze(stream.state)
+            else:
+                same = _freeze(twins[key].get_state(legacy=False)) == \
+                    _freeze(stream.get_state(legacy=False))
+            if not same:
+                return False
+        return True
+
+    def recorded(self):
+        return tuple(self.tape._vals[t._id] for t in self.tape._inputs[self.n_inputs:])
+
+    def add_guards(self, guards, snapshot):
+        """Replays draw from the generators found at record time: guard that
+        each place still holds its generator (a rebinding re-records)."""
+        for (kind, holder, key), real, want in self.placed:
+            if kind == "cell":
+                guards.cells.append((holder, want))
+            elif kind == "item":
+                guards.items.append((holder, key, want))
+            elif kind == "slot":
+                guards.attrs.append((holder, key, want))
+            else:                               # a list element: the list's snapshot
+                guards.containers.append((holder, snapshot(holder)))
+
+    def replay(self, run):
+        """The compiled call: draw afresh into the draw inputs, then run."""
+        steps = tuple((getattr(real, base), size) for real, base, size in self.steps)
+        states = tuple(self.before.values())
+
+        def replay(x):
+            saved = [(s.state if k == "gen" else s.get_state()) for k, s, _ in states]
+            xs = (x if type(x) is tuple else (x,)) + tuple(d(size=n) for d, n in steps)
+            try:
+                return run(xs)
+            except BaseException:       # a guard failed: as if this call never drew
+                for (k, s, _), st in zip(states, saved):
+                    if k == "gen":
+                        s.state = st
+                    else:
+                        s.set_state(st)
+                raise
+        return replay
+
+
+def _twin(real):
+    if type(real) is _GEN:
+        bg = real.bit_generator
+        twin = _GEN(type(bg)())
+        twin.bit_generator.state = bg.state
+    else:
+        twin = _RS(type(real._bit_generator)())
+        twin.set_state(real.get_state())
+    return twin
+
+
+# ---------------------------------------------------------------- stand-ins
+
+class _GeneratorStandIn(_GEN):
+    """A Generator on the real one's bit generator (so isinstance and every
+    method work); the replayable methods log when the recording thread calls
+    them, and any other public method looked up there marks the recording
+    unreplayable."""
+
+    def __init__(self, real):
+        _GEN.__init__(self, real.bit_generator)
+        self._rt_real = real
+
+    def __getattribute__(self, name):
+        if name[0] != "_" and name not in _G_SPECS and name not in _G_QUIET:
+            log = _active()
+            if log is not None and log.thread == threading.get_ident():
+                log.opaque.append(f"Generator.{name}")
+        return object.__getattribute__(self, name)
+
+    def __reduce__(self):
+        return self._rt_real.__reduce__()
+
+
+def _g_method(name):
+    unbound = getattr(_GEN, name)
+
+    @functools.wraps(unbound)
+    def method(self, *args, **kwargs):
+        log = _active()
+        if log is None:
+            return unbound(self, *args, **kwargs)
+        return log.draw(self._rt_real, _G_SPECS, name, args, kwargs,
+                        lambda: unbound(self, *args, **kwargs))
+    return method
+
+
+for _name in _G_SPECS:
+    setattr(_GeneratorStandIn, _name, _g_method(_name))
+
+
+class _RandomStateStandIn:
+    """Forwards to the real RandomState (whose gauss cache is part of its
+    stream); the replayable methods log when the recording thread calls them."""
+
+    def __init__(self, real):
+        object.__setattr__(self, "_rt_real", real)
+
+    def __getattr__(self, name):
+        real = object.__getattribute__(self, "_rt_real")
+        if name[0] != "_" and name not in _RS_SPECS:
+            log = _active()
+            if log is not None and log.thread == threading.get_ident():
+                log.opaque.append(f"RandomState.{name}")
+        return getattr(real, name)
+
+    def __reduce__(self):
+        return self._rt_real.__reduce__()
+
+
+def _rs_method(name):
+    def method(self, *args, **kwargs):
+        real = self._rt_real
+        log = _active()
+        if log is None:
+            return getattr(real, name)(*args, **kwargs)
+        return log.draw(real, _RS_SPECS, name, args, kwargs,
+                        lambda: getattr(real, name)(*args, **kwargs))
+    method.__name__ = name
+    return method
+
+
+for _name in _RS_SPECS:
+    setattr(_RandomStateStandIn, _name, _rs_method(_name))
+
+
+def _acquire(real):
+    with _lock:
+        e = _stand_ins.get(id(real))
+        if e is None:
+            s = _GeneratorStandIn(real) if type(real) is _GEN else _RandomStateStandIn(real)
+            _stand_ins[id(real)] = e = [real, s, 0]
+        e[2] += 1
+        return e[1]
+
+
+def _stand_in(real):
+    return _stand_ins[id(real)][1]
+
+
+def _release(real):
+    with _lock:
+        e = _stand_ins.get(id(real))
+        if e is not None:
+            e[2] -= 1
+            if e[2] <= 0:
+                del _stand_ins[id(real)]
+
+
+# ---------------------------------------------------------------- places
+
+def _get(place):
+    kind, holder, key = place
+    if kind == "cell":
+        return holder.cell_contents
+    if kind == "item":
+        return holder.get(key, None)
+    if kind == "index":
+        return holder[key] if key < len(holder) else None
+    return getattr(holder, key, None)
+
+
+def _set(place, v):
+    kind, holder, key = place
+    if kind == "cell":
+        holder.cell_contents = v
+    elif kind == "item" or kind == "index":
+        holder[key] = v
+    else:
+        setattr(holder, key, v)
+
+
+def _install(place, real, attr):
+    """Put real's stand-in (or its method attr) at place; shared, counted.
+    Returns what the place held (None: not swapped)."""
+    kind, holder, key = place
+    pkey = (kind, id(holder), key)
+    with _lock:
+        e = _installed.get(pkey)
+        if e is not None:
+            e[3] += 1
+            return e[1]
+        try:
+            current = _get(place)
+        except Exception:
+            return None
+        want = real if attr is None else getattr(real, attr)
+        if not (current is real or (attr is not None and current == want)):
+            return None
+        s = _stand_ins[id(real)][1]
+        rep = s if attr is None else getattr(s, attr)
+        try:
+            _set(place, rep)
+        except Exception:            # a read-only place: not swapped (draws there are seen)
+            return None
+        _installed[pkey] = [place, current, rep, 1]
+        return current
+
+
+def _uninstall(place):
+    kind, holder, key = place
+    pkey = (kind, id(holder), key)
+    with _lock:
+        e = _installed.get(pkey)
+        if e is None:
+            return
+        e[3] -= 1
+        if e[3] > 0:
+            return
+        del _installed[pkey]
+        try:
+            if _get(place) is e[2]:          # f did not rebind it meanwhile
+                _set(place, e[1])
+        except Exception:
+            pass
+
+
+def _find(fn, args, kwargs, max_depth=3):
+    """[(place, real generator, method name or None)] reachable from fn and
+    its arguments, and whether code that may call np.random.* is reachable."""
+    out = []
+    seen = set()
+    legacy = [False]
+
+    def value(v, place, depth):
+        t = type(v)
+        if t is _GEN or t is _RS:
+            if place is not None:
+                out.append((place, v, None))
+            return
+        if t is types.MethodType:
+            s = v.__self__
+            if type(s) in (_GEN, _RS) and place is not None:
+                if v.__name__ in (_G_SPECS if type(s) is _GEN else _RS_SPECS):
+                    out.append((place, s, v.__name__))
+                return
+            value(s, None, depth)
+            function(v.__func__, depth)
+            return
+        if t is types.FunctionType:
+            function(v, depth)
+            return
+        if t is functools.partial:
+            function(v.func, depth)
+            for a in v.args:
+                value(a, None, depth - 1)
+            return
+        if v is np.random:
+            legacy[0] = True
+            return
+        if id(v) in seen or depth <= 0:
+            return
+        if t is list:
+            seen.add(id(v))
+            if len(v) <= 64:
+                for i, x in enumerate(v):
+                    value(x, ("index", v, i), depth - 1)
+            return
+        if t is dict:
+            seen.add(id(v))
+            if len(v) <= 64:
+                for k, x in list(v.items()):
+                    value(x, ("item", v, k), depth - 1)
+            return
+        if t is tuple:
+            seen.add(id(v))
+            for x in v[:64]:
+                value(x, None, depth - 1)
+            return
+        if isinstance(v, (types.ModuleType, type, np.ndarray, np.generic, int, float, complex,
+                          str, bytes, bool, type(None), types.BuiltinFunctionType, np.ufunc,
+                          _GEN, _RS, _RandomStateStandIn)) \
+                or getattr(v, "_is_tracked", False):
+            return
+        seen.add(id(v))
+        try:
+            d = object.__getattribute__(v, "__dict__")
+        except Exception:
+            d = None
+        if type(d) is dict and len(d) <= 256:
+            for k, x in list(d.items()):
+                value(x, ("item", d, k), depth - 1)
+        for klass in type(v).__mro__:
+            for name in klass.__dict__.get("__slots__", ()) or ():
+                if isinstance(name, str):
+                    try:
+                        x = object.__getattribute__(v, name)
+                    except Exception:
+                        continue
+                    value(x, ("slot", v, name), depth - 1)
+            if klass.__module__ != "builtins" and klass.__flags__ & (1 << 9):
+                for x in list(klass.__dict__.values()):
+                    if isinstance(x, (staticmethod, classmethod)):
+                        x = x.__func__
+                    if type(x) is types.FunctionType:
+                        function(x, depth)
+                    elif isinstance(x, property) and x.fget is not None:
+                        function(x.fget, depth)
+
+    def function(f, depth):
+        if id(f) in seen or type(f) is not types.FunctionType or \
+                not is_user_file(f.__code__.co_filename):
+            return
+        seen.add(id(f))
+        for cell in f.__closure__ or ():
+            try:
+                x = cell.cell_contents
+            except ValueError:
+                continue
+            value(x, ("cell", cell, None), depth)
+        globs = f.__globals__
+        for code in _codes(f.__code__):
+            names = code.co_names
+            if "random" in names:
+                legacy[0] = True
+            for name in names:
+                if name in globs:
+                    value(globs[name], ("item", globs, name), depth)
+        for d in (f.__defaults__ or ()):
+            value(d, None, depth - 1)
+
+    for a in list(args) + list((kwargs or {}).values()):
+        value(a, None, max_depth)
+    value(fn, None, max_depth)
+    return out, legacy[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def _codes(code):
+    out = [code]
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out.extend(_codes(c))
+    return tuple(out)
