@@ -396,6 +396,273 @@ def test_minibatch_sgd_with_choice_matches_numpy_and_converges():
     np.testing.assert_allclose(w_rt, w_opt, atol=0.05)
 
 
+# ---------------------------------------------------------------- compiled fresh draws, every path
+# However f reaches a generator, its replayable draws become tape inputs that
+# each call refills from that same generator: one recording, then replays
+# equal to f's gradient with the generator in the same state.
+
+_GLOBAL_RNG = np.random.default_rng(21)
+_GLOBAL_RS = np.random.RandomState(21)
+
+
+def _via_global(x):
+    return np.sum((x - _GLOBAL_RNG.standard_normal(3)) ** 2) + x[0] * _GLOBAL_RNG.random()
+
+
+class _Holder:
+    def __init__(self, rng):
+        self.rng = rng
+
+    def loss(self, x):
+        return np.sum((x - self.rng.standard_normal(3)) ** 2) + x[0] * self.rng.random()
+
+
+class _Slotted:
+    __slots__ = ("rng",)
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def loss(self, x):
+        return np.sum((x - self.rng.standard_normal(3)) ** 2) + x[0] * self.rng.random()
+
+
+class _Outer:
+    def __init__(self, rng):
+        self.inner = {"rngs": [rng]}
+
+    def loss(self, x):
+        r = self.inner["rngs"][0]
+        return np.sum((x - r.standard_normal(3)) ** 2) + x[0] * r.random()
+
+
+def _twin_grad(x, r):
+    g = 2 * (x - r.standard_normal(3))
+    g[0] += r.random()
+    return g
+
+
+def _closure(rng):
+    def f(x):
+        return np.sum((x - rng.standard_normal(3)) ** 2) + x[0] * rng.random()
+    return f
+
+
+def _helper_closure(rng):
+    def helper():
+        return rng.standard_normal(3)
+
+    def f(x):
+        return np.sum((x - helper()) ** 2) + x[0] * rng.random()
+    return f
+
+
+PLACES = {
+    "closure": lambda rng: _closure(rng),
+    "closure of a helper": lambda rng: _helper_closure(rng),
+    "self attribute": lambda rng: _Holder(rng).loss,
+    "slots": lambda rng: _Slotted(rng).loss,
+    "self, a dict and a list deep": lambda rng: _Outer(rng).loss,
+    "callable object": lambda rng: _CallableLoss(rng),
+}
+
+
+class _CallableLoss:
+    def __init__(self, rng):
+        self.rng = rng
+
+    def __call__(self, x):
+        return np.sum((x - self.rng.standard_normal(3)) ** 2) + x[0] * self.rng.random()
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+def test_draws_from_any_reachable_generator_are_compiled_and_fresh(place):
+    rng, twin = np.random.default_rng(8), np.random.default_rng(8)
+    f = PLACES[place](rng)
+    g = rt.grad(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # nothing frozen, nothing to warn about
+        for k in range(5):
+            x = X3 * (k - 2)
+            np.testing.assert_array_equal(g(x), _twin_grad(x, twin))
+    info = g.cache_info()
+    assert (info.records, info.replays, info.eager) == (1, 4, False)
+    assert rng.bit_generator.state == twin.bit_generator.state
+
+
+def test_draws_from_a_module_global_generator_are_compiled_and_fresh():
+    twin = np.random.default_rng(21)
+    twin.bit_generator.state = _GLOBAL_RNG.bit_generator.state
+    g = rt.grad(_via_global)
+    for k in range(4):
+        np.testing.assert_array_equal(g(X3 * k), _twin_grad(X3 * k, twin))
+    assert g.cache_info().records == 1
+    assert _GLOBAL_RNG.bit_generator.state == twin.bit_generator.state
+    assert type(globals()["_GLOBAL_RNG"]) is np.random.Generator      # put back
+
+
+def test_stand_ins_are_put_back_and_f_sees_its_own_generator_types():
+    rng = np.random.default_rng(0)
+    h = _Holder(rng)
+    seen = []
+
+    def f(x):
+        seen.append(isinstance(h.rng, np.random.Generator))
+        return np.sum(x * h.rng.standard_normal(3))
+
+    rt.grad(f)(X3)
+    assert seen == [True] and h.rng is rng and type(h.rng) is np.random.Generator
+    assert np.random.normal == np.random.mtrand._rand.normal
+
+    def boom(x):
+        h.rng.standard_normal(3)
+        raise KeyError("user error")
+
+    with pytest.raises(KeyError):
+        rt.grad(boom)(X3)
+    assert h.rng is rng and np.random.standard_normal == np.random.mtrand._rand.standard_normal
+
+
+def test_rebinding_the_generator_rerecords_and_draws_from_the_new_one():
+    h = _Holder(np.random.default_rng(1))
+    g = rt.grad(h.loss)
+    twin = np.random.default_rng(1)
+    np.testing.assert_array_equal(g(X3), _twin_grad(X3, twin))
+    old = h.rng
+    old_state = old.bit_generator.state
+    h.rng = np.random.default_rng(2)
+    twin2 = np.random.default_rng(2)
+    for _ in range(3):
+        np.testing.assert_array_equal(g(X3), _twin_grad(X3, twin2))
+    assert old.bit_generator.state == old_state       # the old generator was not touched
+    assert g.cache_info().records == 2
+
+
+def _loc_scale_cases():
+    def normal(r, t):
+        return r.normal(t[0], np.exp(t[1]), size=4)
+
+    def uniform(r, t):
+        return r.uniform(t[0], t[0] + np.exp(t[1]), size=(2, 2))
+
+    def exponential(r, t):
+        return r.exponential(np.exp(t[1]), size=4)
+
+    def arrays(r, t):              # array parameters broadcast to the result's shape
+        return r.normal(t[0] * np.array([1.0, 2.0]), np.exp(t[1]) * np.ones((3, 1)))
+
+    def plain(r, t):               # constant parameters, size as a keyword
+        return t[0] + r.uniform(low=-1.0, high=np.array([2.0, 3.0]), size=(3, 2))
+    return [normal, uniform, exponential, arrays, plain]
+
+
+@pytest.mark.parametrize("draw", _loc_scale_cases(), ids=lambda d: d.__name__)
+def test_reparameterised_draws_with_tracked_parameters_are_compiled(draw):
+    # f(t) = sum(y**2), y drawn with parameters depending on t; the gradient by
+    # finite differences on the same draws (a twin generator, state copied)
+    rng = np.random.default_rng(17)
+    g = rt.value_and_grad(lambda t: np.sum(draw(rng, t) ** 2))
+    for k in range(4):
+        t = np.array([0.3 * k - 0.4, 0.2 - 0.1 * k])
+        state = rng.bit_generator.state
+        v, gr = g(t)
+
+        def at(tt):
+            r = np.random.default_rng()
+            r.bit_generator.state = state
+            return np.sum(draw(r, tt) ** 2)
+
+        assert v == at(t)                        # the very numbers numpy draws
+        h = 1e-6
+        fd = [(at(t + h * e) - at(t - h * e)) / (2 * h) for e in np.eye(2)]
+        np.testing.assert_allclose(gr, fd, rtol=1e-6, atol=1e-8)
+    assert g.cache_info().records == 1
+
+
+def test_a_tracked_scale_numpy_refuses_rerecords_and_raises_numpys_error():
+    rng, twin = np.random.default_rng(3), np.random.default_rng(3)
+    g = rt.grad(lambda s: np.sum(rng.normal(1.0, s, size=3) ** 2))
+    z = twin.standard_normal(3)
+    np.testing.assert_allclose(g(2.0), np.sum(2 * (1 + 2.0 * z) * z), rtol=1e-14)
+    with pytest.raises(ValueError, match="scale"):
+        g(-1.0)
+    assert rng.bit_generator.state == twin.bit_generator.state    # the refused call drew nothing
+    z = twin.standard_normal(3)
+    np.testing.assert_allclose(g(0.5), np.sum(2 * (1 + 0.5 * z) * z), rtol=1e-14)
+
+
+def test_legacy_numpy_random_functions_are_compiled_and_exact():
+    def f(x):
+        return (np.sum(x * np.random.normal(0.5, 2.0, size=3)) + x[0] * np.random.rand()
+                + np.sum(x * np.random.randn(3)) + x[1] * np.random.standard_exponential()
+                + np.sum(x * np.random.uniform(-1, 1, 3)) + x[2] * np.random.random())
+
+    def df(r):
+        e = r.normal(0.5, 2.0, size=3)
+        e[0] += r.rand()
+        e = e + r.randn(3)
+        e[1] += r.standard_exponential()
+        e = e + r.uniform(-1, 1, 3)
+        e[2] += r.random()
+        return e
+
+    np.random.seed(3)
+    twin = np.random.RandomState(3)
+    g = rt.grad(f)
+    for _ in range(4):
+        np.testing.assert_allclose(g(X3), df(twin), rtol=1e-14)
+    assert g.cache_info().records == 1
+    # the gauss cache (randn draws pairs) is part of the state: it matches too
+    assert str(np.random.get_state()) == str(twin.get_state())
+
+
+def test_randomstate_attribute_is_compiled_and_exact():
+    h = _Holder(np.random.RandomState(4))
+    twin = np.random.RandomState(4)
+    g = rt.grad(lambda x: np.sum(x * h.rng.randn(3)) + x[0] * h.rng.normal(1.0, 3.0))
+    for _ in range(4):
+        e = twin.randn(3)
+        e[0] += twin.normal(1.0, 3.0)
+        np.testing.assert_array_equal(g(X3), e)
+    assert g.cache_info().records == 1
+
+
+def test_a_draw_that_bypasses_the_stand_ins_is_recorded_every_call():
+    rng = np.random.default_rng(12)
+    draw = (rng,)                      # a tuple cannot be swapped: seen moving, so eager
+    twin = np.random.default_rng(12)
+    g = rt.grad(lambda x: np.sum(x * draw[0].standard_normal(3)))
+    for _ in range(3):
+        np.testing.assert_array_equal(_quiet(g, X3), twin.standard_normal(3))
+    assert g.cache_info().eager
+
+
+def test_sgd_on_a_stochastic_objective_converges_to_the_analytic_optimum():
+    # E_z ||w - m - s*z||^2 is minimised at w = m; the compiled SGD run equals
+    # the plain-numpy run with its analytic gradient step for step
+    m, s = np.array([1.0, -2.0, 0.5]), np.array([0.5, 1.0, 2.0])
+
+    def make(rng):
+        return lambda w: np.sum((w - m - s * rng.standard_normal(3)) ** 2)
+
+    def analytic(w, rng):
+        return 2 * (w - m - s * rng.standard_normal(3))
+
+    def sgd(step):
+        w = np.zeros(3)
+        for k in range(3000):
+            w = w - 0.5 / (k + 1) * step(w)
+        return w
+
+    g = rt.grad(make(np.random.default_rng(0)))
+    twin = np.random.default_rng(0)
+    w_rt = sgd(g)
+    w_np = sgd(lambda w: analytic(w, twin))
+    np.testing.assert_array_equal(w_rt, w_np)
+    np.testing.assert_allclose(w_rt, m, atol=0.1)
+    assert g.cache_info().records == 1
+
+
 @pytest.mark.parametrize("make", [rt.GradientTape, rt.JacobianTape, rt.HessianTape])
 def test_explicit_tapes_keep_draws_but_warn_with_site_and_how_to_silence(make):
     rng = np.random.default_rng(0)

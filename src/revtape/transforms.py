@@ -44,7 +44,8 @@ from . import _draws, functional, ops
 from .functional import _holds_tracked
 from .api import gc_paused
 from .compiled import CompiledTape, ffi as _ffi, lib as _lib
-from .errors import BranchChanged, InputError, OutputError, PicklingError, StaleTape
+from .errors import (BranchChanged, InputError, OutputError, PicklingError, RevtapeError,
+                     StaleTape)
 from .tape import Tape
 from .watch import RandomDrawWarning, Watcher, _freeze
 
@@ -775,9 +776,9 @@ class GradFunction:
         try:
             with gc_paused():
                 out = watcher.run(self.fun, *targs, **kwargs)
-        except Exception:
-            if not draws:
-                raise
+        except Exception as e:
+            if not draws or not draws.steps or not isinstance(e, RevtapeError):
+                raise                     # f's own error (numpy's, for a bad draw parameter)
             # f could not take its draws as tracked values (float(z), z.astype(int)):
             # put the generators back and record it with plain draws
             draws.stop()
