@@ -87,7 +87,8 @@ def _shuffle(r):
 GENERATOR_CASES = [_std_normal, _normal, _uniform, _random, _std_exponential, _exponential,
                    _integers, _choice, _permutation, _shuffle]
 # draws replayed by the compiled tape (the rest record f on every call)
-COMPILED_CASES = {_std_normal, _normal, _uniform, _random, _std_exponential, _exponential}
+COMPILED_CASES = {_std_normal, _normal, _uniform, _random, _std_exponential, _exponential,
+                  _integers, _choice}
 
 
 def _quiet(fn, *a):
@@ -184,7 +185,9 @@ def test_generator_argument_replay_survives_branches_without_extra_draws():
      lambda r: r.standard_normal(3, dtype=np.float32).astype(float)),
     (lambda r: r.standard_normal(3).astype(np.float32).astype(float),
      lambda r: r.standard_normal(3).astype(np.float32).astype(float)),
-    (lambda r: r.choice(5, 3), lambda r: r.choice(5, 3).astype(float)),
+    # drawn indices of a plain array: the gather would be a constant
+    (lambda r: np.arange(5.0)[r.choice(5, 3)], lambda r: np.arange(5.0)[r.choice(5, 3)]),
+    (lambda r: r.choice(5, 3) % 2, lambda r: r.choice(5, 3) % 2),
 ])
 def test_generator_argument_draws_that_cannot_be_inputs_stay_fresh(draw, plain):
     def f(x, rng):
@@ -661,6 +664,129 @@ def test_sgd_on_a_stochastic_objective_converges_to_the_analytic_optimum():
     np.testing.assert_array_equal(w_rt, w_np)
     np.testing.assert_allclose(w_rt, m, atol=0.1)
     assert g.cache_info().records == 1
+
+
+# Integers drawn as indices (choice, permutation, integers): indexing a tracked
+# array with them records a gather whose indices are a tape input, refilled by
+# the same draw on every replay (and checked by the VM on every sweep).
+
+def test_minibatch_sgd_with_data_arguments_is_compiled_and_converges():
+    data = np.random.default_rng(10)
+    A = data.normal(size=(200, 3))
+    w_true = np.array([1.0, -2.0, 0.5])
+    b = A @ w_true + 0.1 * data.normal(size=200)
+    w_opt = np.linalg.lstsq(A, b, rcond=None)[0]
+
+    def loss(w, A, b, rng):
+        idx = rng.choice(200, 20, replace=False)
+        r = A[idx] @ w - b[idx]
+        return np.mean(r ** 2)
+
+    def numpy_grad(w, A, b, rng):
+        idx = rng.choice(200, 20, replace=False)
+        return 2 * A[idx].T @ (A[idx] @ w - b[idx]) / 20
+
+    def run(grad_fn, rng):
+        w = np.zeros(3)
+        for step in range(400):
+            w = w - 0.05 / (1 + step / 100) * grad_fn(w, A, b, rng)
+        return w
+
+    g = rt.grad(loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w_rt = run(g, np.random.default_rng(99))
+    w_np = run(numpy_grad, np.random.default_rng(99))
+    np.testing.assert_allclose(w_rt, w_np, rtol=1e-10)
+    np.testing.assert_allclose(w_rt, w_opt, atol=0.05)
+    info = g.cache_info()
+    assert (info.records, info.eager) == (1, False)
+
+
+def test_permutation_and_integers_index_tracked_arrays_compiled():
+    rng, twin = np.random.default_rng(4), np.random.default_rng(4)
+    M = np.arange(12.0).reshape(4, 3)
+
+    def f(x, M):
+        p = rng.permutation(4)
+        j = rng.integers(0, 3)                 # a scalar index
+        return np.sum(M[p[:2] if False else p, :] @ x) * x[j] + np.sum(x * rng.integers(1, 4, 3))
+
+    def df(x):
+        p = twin.permutation(4)
+        j = twin.integers(0, 3)
+        s = np.sum(M[p, :] @ x)
+        gr = M[p, :].sum(axis=0) * x[j]
+        gr[j] += s
+        return gr + twin.integers(1, 4, 3)
+
+    g = rt.grad(f)
+    for k in range(5):
+        x = X3 + k
+        np.testing.assert_allclose(g(x, M), df(x), rtol=1e-14)
+    assert g.cache_info().records == 1
+    assert rng.bit_generator.state == twin.bit_generator.state
+
+
+def test_legacy_choice_and_randint_indices_are_compiled():
+    def f(x):
+        i = np.random.choice(3, 2, replace=False)
+        return np.sum(x[i] ** 2) + x[np.random.randint(0, 3)]
+
+    def df(r, x):
+        gr = np.zeros(3)
+        i = r.choice(3, 2, replace=False)
+        gr[i] += 2 * x[i]
+        gr[r.randint(0, 3)] += 1.0
+        return gr
+
+    np.random.seed(8)
+    twin = np.random.RandomState(8)
+    g = rt.grad(f)
+    for k in range(5):
+        np.testing.assert_allclose(g(X3 * k), df(twin, X3 * k), rtol=1e-14)
+    assert g.cache_info().records == 1
+
+
+def test_drawn_indices_of_a_plain_array_are_recorded_every_call_and_say_why():
+    rng, twin = np.random.default_rng(5), np.random.default_rng(5)
+    A = np.arange(10.0)
+
+    def f(x):
+        return np.sum(x * A[rng.choice(10, 3)])
+
+    g = rt.grad(f)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            np.testing.assert_array_equal(g(X3), A[twin.choice(10, 3)])
+    (warn,) = [x for x in w if issubclass(x.category, rt.RandomDrawWarning)]
+    assert "index a tracked array" in str(warn.message)
+    assert "as an argument" in str(warn.message)
+    assert g.cache_info().eager
+    assert rng.bit_generator.state == twin.bit_generator.state
+
+
+def test_a_data_gather_index_out_of_range_is_refused_by_the_vm_not_read():
+    # the VM checks every index of a data gather on every sweep: values numpy's
+    # indexing never makes (but a caller could write) stop the replay cleanly
+    from revtape.ops import P
+    t = rt.Tape()
+    x = t.track(np.arange(6.0) ** 2)
+    ix = t.track(np.array([5.0, 0.0, 2.0, 2.0]))
+    t.finish(np.sum(P.take_idx(x, ix) ** 2))
+    ct = rt.CompiledTape(t, n_grad=1)
+    xs = np.arange(6.0) ** 2
+    v, gr = ct.value_and_gradient((xs, np.array([1.0, 1, 3, 5])))
+    assert v == np.sum(xs[[1, 1, 3, 5]] ** 2)
+    np.testing.assert_array_equal(gr, np.bincount([1, 1, 3, 5], 2 * xs[[1, 1, 3, 5]], 6))
+    for bad in (6.0, -1.0, 2.5, np.nan, np.inf, -np.inf, 1e300, 2.0 ** 63):
+        with pytest.raises(rt.IndexInputError, match="not a whole number"):
+            ct.value_and_gradient((xs, np.array([1.0, bad, 3, 5])))
+        with pytest.raises(IndexError):
+            t.value_and_gradient((xs, np.array([1.0, bad, 3, 5])))   # the reference agrees
+    v2, _ = ct.value_and_gradient((xs, np.array([0.0, 1, 3, 5])))      # still usable
+    assert v2 == np.sum(xs[[0, 1, 3, 5]] ** 2)
 
 
 @pytest.mark.parametrize("make", [rt.GradientTape, rt.JacobianTape, rt.HessianTape])

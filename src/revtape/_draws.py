@@ -35,13 +35,16 @@ unreplayable, since the stream moved by more than the log).
 """
 
 import functools
+import sys
 import threading
 import types
 
 import numpy as np
 
+from . import tape as _tape_module
 from . import tracked as _t
-from .watch import _freeze, is_user_file
+from .errors import RevtapeError
+from .watch import _freeze, _site, is_user_file
 
 _GEN = np.random.Generator
 _RS = np.random.RandomState
@@ -73,6 +76,9 @@ _RS_SPECS = {
     "randn": ("standard_normal", "dims"),
     "rand": ("random_sample", "dims"),
 }
+# integer draws used as data (DrawnIndex), refilled by the same call
+_G_DATA = frozenset({"integers", "choice", "permutation"})
+_RS_DATA = frozenset({"randint", "choice", "permutation"})
 # Generator methods that do not draw (looking them up marks nothing)
 _G_QUIET = frozenset({"bit_generator", "spawn"})
 
@@ -134,7 +140,9 @@ class DrawLog:
 
     def __init__(self, tape):
         self.tape = tape
-        self.steps = []          # (real generator, standard draw method, size)
+        self.steps = []          # (real generator, method, args, kwargs): the refills
+        self.inputs = []         # per draw input of the tape, in order: how to fill it
+                                 # from the steps' results (_fill)
         self.opaque = []         # why the draws cannot be replayed
         self.reals = {}          # id(real) -> real, every generator swapped or passed
         self.before = {}         # id(stream) -> (kind, stream, state before the run)
@@ -145,6 +153,7 @@ class DrawLog:
         self.n_inputs = len(tape._inputs)
         self._prev = None
         self._stopped = False
+        self.closed = False          # stopped: drawn indices may no longer join the tape
 
     def __bool__(self):
         return bool(self.reals)
@@ -162,7 +171,7 @@ class DrawLog:
         places, legacy = _find(fn, targs, kwargs)
         if legacy:
             mod = np.random.__dict__
-            for name in _RS_SPECS:
+            for name in list(_RS_SPECS) + sorted(_RS_DATA):
                 v = mod.get(name)
                 if isinstance(v, types.MethodType) and v.__self__ is np.random.mtrand._rand:
                     places.append((("item", mod, name), v.__self__, name))
@@ -177,7 +186,7 @@ class DrawLog:
     def stop(self):
         if self._stopped:
             return
-        self._stopped = True
+        self._stopped = self.closed = True
         _tls.log = self._prev
         for place, _, _ in self.places:
             _uninstall(place)
@@ -200,34 +209,35 @@ class DrawLog:
             self.streams[id(real)] = real
             self.streams[id(bg)] = bg
             if id(bg) in self.before:           # a RandomState sharing a Generator's stream
-                self.opaque.append("a RandomState and another generator share one bit generator")
+                self.refuse("a RandomState and another generator share one bit generator")
             self.before[id(bg)] = ("rs", real, real.get_state())
+
+    def refuse(self, what):
+        """Note a draw that cannot be replayed, with the user's line that made it."""
+        self.opaque.append((what, _site(sys._getframe(1))))
 
     # ------------------------------------------------ drawing (called by the stand-ins)
     def draw(self, real, specs, name, args, kwargs, call):
         if id(real) not in self.reals:
-            self.opaque.append(f"{name} on a generator found during the run")
+            self.refuse(f"{name} on a generator found during the run")
             return call()
         parsed = _parse(specs, name, args, kwargs)
         if parsed is None:
-            self.opaque.append(f"{type(real).__name__}.{name}"
+            self.refuse(f"{type(real).__name__}.{name}"
                                + (" with these arguments" if name in specs else ""))
             return call()
         base, size, params = parsed
         if any(_t.istracked(v) and (v._tape is not self.tape or v._id < 0)
                for v in params.values()):
-            self.opaque.append(f"{name} with a parameter from another tape")
+            self.refuse(f"{name} with a parameter from another tape")
             return call()
         if not params:
-            z = getattr(real, base)(size=size)
-            self.steps.append((real, base, size))
-            return self.tape.track(z)
+            return self._input(self._step(real, base, (), {"size": size}))
         # numpy's answer on a copy of the stream: its errors, its shape, its bits
         want = getattr(_twin(real), name)(**{k: _plain(v) for k, v in params.items()},
                                            size=size)
         zsize = np.shape(want) if isinstance(want, np.ndarray) else None
-        z = self.tape.track(getattr(real, base)(size=zsize))
-        self.steps.append((real, base, zsize))
+        z = self._input(self._step(real, base, (), {"size": zsize}))
         p = {}
         for k, v in params.items():
             if not _t.istracked(v):
@@ -242,7 +252,7 @@ class DrawLog:
             scale = p["high"] - p["low"]
             out = p["low"] + scale * z
         if not _bits_equal(_plain(out), want):
-            self.opaque.append(f"{name}: the tape's transform of the standard draw did not "
+            self.refuse(f"{name}: the tape's transform of the standard draw did not "
                                "reproduce numpy's numbers")
             return want
         if _t.istracked(scale):
@@ -253,16 +263,49 @@ class DrawLog:
             sv = np.asarray(_plain(scale))
             if base == "random":
                 if not np.all(np.abs(sv) < np.inf):
-                    self.opaque.append(f"{name} with an infinite range")
+                    self.refuse(f"{name} with an infinite range")
                     return want
                 _guard_all(np.abs(scale) < np.inf,
                            f"the range of {name}'s tracked bounds became infinite or nan")
             else:
                 if not np.all(sv > 0):
-                    self.opaque.append(f"{name} with a tracked scale that is not > 0")
+                    self.refuse(f"{name} with a tracked scale that is not > 0")
                     return want
                 _guard_all(scale > 0, f"{name}'s tracked scale is no longer > 0")
         return out
+
+    def _step(self, real, method, args, kwargs):
+        """Make one logged call on the real generator: (step number, result)."""
+        value = getattr(real, method)(*args, **kwargs)
+        self.steps.append((real, method, args, kwargs))
+        return len(self.steps) - 1, value
+
+    def _input(self, step, recipe=None):
+        j, value = step
+        self.inputs.append(recipe or ("step", j))
+        return self.tape.track(value)
+
+    def draw_data(self, real, specs, name, args, kwargs, call):
+        """integers, choice, permutation: integer results become DrawnIndex
+        (indices of tracked arrays, or numbers promoted to float on the
+        tape), float results tape inputs; the refill is the same call."""
+        if id(real) not in self.reals or any(_t.istracked(v) for v in
+                                             list(args) + list(kwargs.values())):
+            self.refuse(f"{name} with these arguments")
+            return call()
+        if name == "permutation" and not (args and isinstance(args[0], (int, np.integer))
+                                          or isinstance(kwargs.get("x"), (int, np.integer))):
+            if not (args and isinstance(args[0], np.ndarray) and args[0].dtype.kind in "iuf"):
+                self.refuse(f"{name} of this argument")
+                return call()
+        j, value = self._step(real, name, args, kwargs)
+        kind = np.asarray(value).dtype.kind
+        if kind in "iu":
+            return DrawnIndex(self, j, value)
+        if kind == "f" and np.asarray(value).dtype == np.float64:
+            return self._input((j, value))
+        self.refuse(f"{name} returning {np.asarray(value).dtype}")
+        return value
 
     # ------------------------------------------------ after the run
     def rewind(self):
@@ -285,9 +328,9 @@ class DrawLog:
                 twin = _RS(type(stream._bit_generator)())
                 twin.set_state(state)
             twins[key] = twin
-        for real, base, size in self.steps:
+        for real, method, args, kwargs in self.steps:
             key = id(real.bit_generator if type(real) is _GEN else real._bit_generator)
-            getattr(twins[key], base)(size=size)
+            getattr(twins[key], method)(*args, **kwargs)
         for key, (kind, stream, _) in self.before.items():
             if kind == "gen":
                 same = _freeze(twins[key].bit_generator.state) == _freeze(stream.state)
@@ -316,13 +359,15 @@ class DrawLog:
 
     def replay(self, run):
         """The compiled call: draw afresh into the draw inputs, then run."""
-        steps = tuple((getattr(real, base), size) for real, base, size in self.steps)
+        steps = tuple((getattr(real, m), a, kw) for real, m, a, kw in self.steps)
         states = tuple(self.before.values())
+        fills = tuple(_FILLS[r[0]](r) for r in self.inputs)
 
         def replay(x):
             saved = [(s.state if k == "gen" else s.get_state()) for k, s, _ in states]
-            xs = (x if type(x) is tuple else (x,)) + tuple(d(size=n) for d, n in steps)
             try:
+                results = [d(*a, **kw) for d, a, kw in steps]
+                xs = (x if type(x) is tuple else (x,)) + tuple(f(results) for f in fills)
                 return run(xs)
             except BaseException:       # a guard failed: as if this call never drew
                 for (k, s, _), st in zip(states, saved):
@@ -345,6 +390,123 @@ def _twin(real):
     return twin
 
 
+# ---------------------------------------------------------------- drawn integers
+
+class DrawEscape(RevtapeError):
+    """Drawn integers were used where the tape cannot follow them (rt.grad
+    then records f with plain draws, on every call)."""
+
+
+def _fill_step(recipe):
+    j = recipe[1]
+    return lambda results: results[j]
+
+
+def _fill_float(recipe):
+    j = recipe[1]
+    return lambda results: np.asarray(results[j], dtype=np.float64)
+
+
+def _fill_flat(recipe):
+    _, base, template = recipe
+
+    def fill(results):
+        key = tuple(results[p[1]] if type(p) is _Slot else p for p in template)
+        # numpy's own indexing: its bounds checks and its IndexError
+        return np.asarray(base[key[0] if len(key) == 1 else key], dtype=np.float64).reshape(-1)
+    return fill
+
+
+_FILLS = {"step": _fill_step, "float": _fill_float, "flat": _fill_flat}
+
+
+class _Slot(tuple):
+    """A drawn index's place in an index template: ("D", step)."""
+
+
+class DrawnIndex:
+    """Integers drawn while rt.grad records f (rng.choice, permutation,
+    integers).  Indexing a tracked array with them records a gather whose
+    indices are a tape input (GATHER_IDX), refilled on every replay by the
+    same draw; used in arithmetic with tracked values they are float inputs.
+    Any other use (indexing a plain array, len-free iteration, int()) would
+    bake this draw into the tape, so it raises DrawEscape and rt.grad records
+    f with plain draws instead."""
+
+    __slots__ = ("_log", "_j", "_a", "_node")
+    _rt_drawn = True
+
+    def __init__(self, log, j, value):
+        self._log, self._j, self._a, self._node = log, j, np.asarray(value), None
+
+    shape = property(lambda self: self._a.shape)
+    ndim = property(lambda self: self._a.ndim)
+    size = property(lambda self: self._a.size)
+    dtype = property(lambda self: self._a.dtype)
+
+    def __len__(self):
+        return len(self._a)
+
+    def __repr__(self):
+        return f"DrawnIndex({self._a!r})"
+
+    def _escape(self, *_, **__):
+        raise DrawEscape(
+            "integers drawn while rt.grad recorded f were used other than to index a tracked "
+            "array or in arithmetic with tracked values (e.g. to index a plain numpy array); "
+            "rt.grad records f on every call instead. Pass the indexed data to f as an "
+            "argument to get a compiled replay")
+
+    __array__ = __iter__ = __index__ = __int__ = __float__ = __bool__ = __getitem__ = _escape
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __and__ = __or__ = __xor__ = _escape
+    __lt__ = __le__ = __gt__ = __ge__ = __neg__ = __abs__ = _escape
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if any(_t.istracked(v) for v in inputs):
+            return NotImplemented            # the tracked operand's rule takes it (_rt_node)
+        self._escape()
+
+    def __array_function__(self, func, types_, args, kwargs):
+        self._escape()
+
+    def _arith(self, other):
+        if _t.istracked(other):
+            return NotImplemented
+        self._escape()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _arith
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __matmul__ = __rmatmul__ = _arith
+
+    def _rt_node(self, tape):
+        """The draw as float64 data on the tape (numpy promotes ints so)."""
+        log = self._log
+        if tape is not log.tape or log.closed:
+            self._escape()
+        if self._node is None:
+            log.inputs.append(("float", self._j))
+            self._node = log.tape.track(np.asarray(self._a, dtype=np.float64))
+        return self._node._id
+
+    @staticmethod
+    def _rt_getitem(x, key):
+        """x[key], key a DrawnIndex or a tuple holding some."""
+        parts = key if type(key) is tuple else (key,)
+        drawn = [p for p in parts if type(p) is DrawnIndex]
+        log = drawn[0]._log
+        if any(p._log is not log for p in drawn) or log.closed or \
+                x._tape is not log.tape or x._id < 0:
+            drawn[0]._escape()
+        shape = _t._value_of(x).shape if hasattr(_t._value_of(x), "shape") else ()
+        base = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+        template = tuple(_Slot(("D", p._j)) if type(p) is DrawnIndex else p for p in parts)
+        key_now = tuple(p._a if type(p) is DrawnIndex else p for p in parts)
+        flat = base[key_now[0] if len(key_now) == 1 else key_now]      # numpy's IndexError
+        log.inputs.append(("flat", base, template))
+        ix = log.tape.track(np.asarray(flat, dtype=np.float64).reshape(-1))
+        out = _t.ops.P.take_idx(x, ix)
+        return out if np.ndim(flat) == 1 else _t.ops.P.reshape(out, shape=np.shape(flat))
+
+
 # ---------------------------------------------------------------- stand-ins
 
 class _GeneratorStandIn(_GEN):
@@ -358,10 +520,11 @@ class _GeneratorStandIn(_GEN):
         self._rt_real = real
 
     def __getattribute__(self, name):
-        if name[0] != "_" and name not in _G_SPECS and name not in _G_QUIET:
+        if name[0] != "_" and name not in _G_SPECS and name not in _G_QUIET and \
+                name not in _G_DATA:
             log = _active()
             if log is not None and log.thread == threading.get_ident():
-                log.opaque.append(f"Generator.{name}")
+                log.refuse(f"Generator.{name}")
         return object.__getattribute__(self, name)
 
     def __reduce__(self):
@@ -381,8 +544,23 @@ def _g_method(name):
     return method
 
 
+def _g_data_method(name):
+    unbound = getattr(_GEN, name)
+
+    @functools.wraps(unbound)
+    def method(self, *args, **kwargs):
+        log = _active()
+        if log is None:
+            return unbound(self, *args, **kwargs)
+        return log.draw_data(self._rt_real, _G_SPECS, name, args, kwargs,
+                             lambda: unbound(self, *args, **kwargs))
+    return method
+
+
 for _name in _G_SPECS:
     setattr(_GeneratorStandIn, _name, _g_method(_name))
+for _name in _G_DATA:
+    setattr(_GeneratorStandIn, _name, _g_data_method(_name))
 
 
 class _RandomStateStandIn:
@@ -394,10 +572,10 @@ class _RandomStateStandIn:
 
     def __getattr__(self, name):
         real = object.__getattribute__(self, "_rt_real")
-        if name[0] != "_" and name not in _RS_SPECS:
+        if name[0] != "_" and name not in _RS_SPECS and name not in _RS_DATA:
             log = _active()
             if log is not None and log.thread == threading.get_ident():
-                log.opaque.append(f"RandomState.{name}")
+                log.refuse(f"RandomState.{name}")
         return getattr(real, name)
 
     def __reduce__(self):
@@ -416,8 +594,22 @@ def _rs_method(name):
     return method
 
 
+def _rs_data_method(name):
+    def method(self, *args, **kwargs):
+        real = self._rt_real
+        log = _active()
+        if log is None:
+            return getattr(real, name)(*args, **kwargs)
+        return log.draw_data(real, _RS_SPECS, name, args, kwargs,
+                             lambda: getattr(real, name)(*args, **kwargs))
+    method.__name__ = name
+    return method
+
+
 for _name in _RS_SPECS:
     setattr(_RandomStateStandIn, _name, _rs_method(_name))
+for _name in _RS_DATA:
+    setattr(_RandomStateStandIn, _name, _rs_data_method(_name))
 
 
 def _acquire(real):
@@ -527,7 +719,8 @@ def _find(fn, args, kwargs, max_depth=3):
         if t is types.MethodType:
             s = v.__self__
             if type(s) in (_GEN, _RS) and place is not None:
-                if v.__name__ in (_G_SPECS if type(s) is _GEN else _RS_SPECS):
+                if v.__name__ in (_G_SPECS.keys() | _G_DATA if type(s) is _GEN
+                                  else _RS_SPECS.keys() | _RS_DATA):
                     out.append((place, s, v.__name__))
                 return
             value(s, None, depth)
@@ -628,3 +821,7 @@ def _codes(code):
         if isinstance(c, types.CodeType):
             out.extend(_codes(c))
     return tuple(out)
+
+
+_tape_module.DRAWN_TYPES.add(DrawnIndex)
+_tape_module.drawn_getitem = DrawnIndex._rt_getitem

@@ -34,6 +34,11 @@ _WRAP = None
 
 # ---------------------------------------------------------------- value helpers
 
+# Types of drawn integers (_draws.DrawnIndex): an operand of one becomes a
+# tape input that rt.grad refills on every replay, not a constant.
+DRAWN_TYPES = set()
+
+
 def as_value(v):
     """A plain operand as a tape value: Python float for scalars, float64 ndarray else."""
     if type(v) is float:
@@ -241,6 +246,8 @@ class Tape:
         """Node id of a constant operand (captured by value at record time)."""
         if getattr(v, "_is_tracked", False):       # a NULL_TAPE constant
             v = v._const
+        elif type(v) in DRAWN_TYPES:               # integers rt.grad refills per call
+            return v._rt_node(self)
         v = as_value(v)
         if type(v) is float:
             return self._scalar_const(v)

@@ -758,7 +758,7 @@ class GradFunction:
                           StaleTapeWarning, stacklevel=4)
         return entry
 
-    def _record(self, key, args, kwargs, argnums, proxy_draws=True):
+    def _record(self, key, args, kwargs, argnums, proxy_draws=True, why=None):
         entry = self._entry_for(key)
         if entry.eager:
             return self._eager(args, kwargs, argnums)
@@ -783,7 +783,8 @@ class GradFunction:
             # put the generators back and record it with plain draws
             draws.stop()
             draws.rewind()
-            return self._record(key, args, kwargs, argnums, proxy_draws=False)
+            return self._record(key, args, kwargs, argnums, proxy_draws=False,
+                                why=f"its draws could not stay on the tape: {e}")
         finally:
             if draws is not None:
                 draws.stop()
@@ -797,12 +798,10 @@ class GradFunction:
                                   and type(a) is np.ndarray and a.dtype.kind == "f")
         entry.layout = functional.layout_of(args, argnums)
         if draws and not draws.exact():
-            why = ", ".join(dict.fromkeys(draws.opaque)) or "a draw revtape did not see"
+            # first: what cannot be replayed and where (_draws.py says what can)
+            watcher.draws[:0] = [(f"{what} (not replayable compiled)", site)
+                                 for what, site in dict.fromkeys(draws.opaque)]
             draws = None
-            watcher.draws.append((f"draws that cannot be replayed compiled ({why})",
-                                  "(replayed: standard_normal, random, standard_exponential, "
-                                  "normal, uniform, exponential and their legacy np.random "
-                                  "forms)"))
         if draws is not None and not draws.steps:
             draws = None
         if any(s is None or draws is None or id(s) not in draws.streams
@@ -819,8 +818,13 @@ class GradFunction:
             if warn:
                 warnings.warn(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
                               "revtape records it on every call so that each call draws afresh "
-                              "(correct, but not compiled). Pass the noise in as an argument "
-                              "to get a compiled replay", RandomDrawWarning, stacklevel=3)
+                              "(correct, but not compiled"
+                              + (f"; {why}" if why else "") + "). Compiled replays draw "
+                              "afresh with standard_normal, random, standard_exponential, "
+                              "normal, uniform, exponential (and their np.random forms), and "
+                              "integers/choice/permutation used to index tracked arrays; or "
+                              "pass the noise in as an argument", RandomDrawWarning,
+                              stacklevel=3 if why is None else 4)
             value = tape._vals[tape._output._id]
             grads = tape._grads_out(tape._reverse(1.0), None)
             if isinstance(grads, tuple):
