@@ -789,6 +789,39 @@ def test_a_data_gather_index_out_of_range_is_refused_by_the_vm_not_read():
     assert v2 == np.sum(xs[[0, 1, 3, 5]] ** 2)
 
 
+def test_threads_recording_draws_at_once_share_the_swaps_and_put_everything_back():
+    import threading
+    originals = {k: np.random.__dict__[k] for k in ("normal", "rand", "choice")}
+    barrier = threading.Barrier(4)
+    errors = []
+
+    def worker(seed):
+        try:
+            rng, twin = np.random.default_rng(seed), np.random.default_rng(seed)
+
+            def f(x):
+                barrier.wait(timeout=10)       # every thread records at the same moment
+                assert np.random.normal is not None    # names np.random: its functions swapped
+                return np.sum((x - rng.normal(1.0, 2.0, 3)) ** 2)
+
+            g = rt.grad(f)
+            np.testing.assert_array_equal(g(X3), 2 * (X3 - twin.normal(1.0, 2.0, 3)))
+            for _ in range(20):
+                np.testing.assert_array_equal(g(X3), 2 * (X3 - twin.normal(1.0, 2.0, 3)))
+            assert g.cache_info().records == 1
+        except BaseException as e:          # reported below, in the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k, v in originals.items():          # np.random's functions are numpy's again
+        assert np.random.__dict__[k] == v and type(np.random.__dict__[k]) is type(v)
+
+
 @pytest.mark.parametrize("make", [rt.GradientTape, rt.JacobianTape, rt.HessianTape])
 def test_explicit_tapes_keep_draws_but_warn_with_site_and_how_to_silence(make):
     rng = np.random.default_rng(0)

@@ -112,7 +112,11 @@ class Guards:
     def _compile(self):
         # Generated straight-line code, as TorchDynamo does for its guards: one
         # identity test a line, no loop, no tuple unpacking -- ~20 ns a guard.
-        env = {"MISSING": _MISSING, "snapshot": _snapshot, "EPOCH": ops.EPOCH}
+        # ORIG: a place may hold, for a moment, a random-draw stand-in another
+        # thread's recording put there (_draws.py); it counts as the original.
+        # Evaluated only when the identity test fails: no cost on the fast path.
+        env = {"MISSING": _MISSING, "snapshot": _snapshot, "EPOCH": ops.EPOCH,
+               "ORIG": _draws._original}
         lines = ["def check():"]
 
         def bind(obj):
@@ -121,19 +125,23 @@ class Guards:
             return name
 
         for d, k, v in self.items:
-            lines.append(f"    if {bind(d)}.get({k!r}, MISSING) is not {bind(v)}: "
-                         f"return {f'{k!r} was rebound'!r}")
+            lines.append(f"    if (v := {bind(d)}.get({k!r}, MISSING)) is not {bind(v)} and "
+                         f"ORIG(v) is not {bind(v)}: return {f'{k!r} was rebound'!r}")
         for o, a, v in self.attrs:
             what = f"{getattr(o, '__qualname__', type(o).__name__)}.{a} changed"
-            lines.append(f"    if getattr({bind(o)}, {a!r}, MISSING) is not {bind(v)}: return {what!r}")
+            lines.append(f"    if (v := getattr({bind(o)}, {a!r}, MISSING)) is not {bind(v)} and "
+                         f"ORIG(v) is not {bind(v)}: return {what!r}")
         for c, v in self.cells:
-            lines.append(f"    try:\n        if {bind(c)}.cell_contents is not {bind(v)}: "
+            lines.append(f"    try:\n        if (v := {bind(c)}.cell_contents) is not {bind(v)} and "
+                         f"ORIG(v) is not {bind(v)}: "
                          "return 'a closure variable was rebound'\n    except ValueError:\n"
                          "        return 'a closure variable was deleted'")
         for d, k, v in self.values:
             ok = f"(v := {bind(d)}.get({k!r}, MISSING)) is {bind(v)}"
             if type(v) in _SCALARS:
                 ok += f" or (type(v) is {bind(type(v))} and v == {bind(v)})"
+            else:
+                ok += f" or ORIG(v) is {bind(v)}"
             lines.append(f"    if not ({ok}): return {f'attribute {k!r} was rebound'!r}")
         for c, snap in self.containers:
             test = (f"{bind(c)} != {bind(snap)}" if isinstance(snap, (list, dict))
@@ -835,6 +843,7 @@ class GradFunction:
                 value = (value, functional.plain_aux(aux))
             return self._result(value, grads)
         guards = collect_guards(self.fun, watcher, pre, args, kwargs)
+        _draws.unswap_guards(guards)
         if draws is not None:
             draws.add_guards(guards, _snapshot)
         ctape = CompiledTape(tape, n_grad=n_diff)
@@ -850,7 +859,7 @@ class GradFunction:
         if draws is not None:
             # each replay draws afresh from the same generators, into the
             # calling thread's replica
-            variant.draw_replay = draws.replay(run)
+            variant.draw_replay = draws.replay(run, guarded=bool(ctape._program.guards))
             parts = parts + list(draws.recorded())
         with self._lock:
             self._stats["records"] += 1
