@@ -590,8 +590,10 @@ def test_a_tracked_scale_numpy_refuses_rerecords_and_raises_numpys_error():
     with pytest.raises(ValueError, match="scale"):
         g(-1.0)
     assert rng.bit_generator.state == twin.bit_generator.state    # the refused call drew nothing
-    z = twin.standard_normal(3)
-    np.testing.assert_allclose(g(0.5), np.sum(2 * (1 + 0.5 * z) * z), rtol=1e-14)
+    for s in (0.5, 0.0, 3.0, 0.0):      # a zero scale: numpy accepts it, another variant
+        z = twin.standard_normal(3)
+        np.testing.assert_allclose(g(s), np.sum(2 * (1 + s * z) * z), rtol=1e-14)
+    assert not g.cache_info().eager and rng.bit_generator.state == twin.bit_generator.state
 
 
 def test_legacy_numpy_random_functions_are_compiled_and_exact():
