@@ -154,21 +154,24 @@ class DrawLog:
         self._prev = None
         self._stopped = False
         self.closed = False          # stopped: drawn indices may no longer join the tape
+        self.gathered = {}           # id -> arrays f indexed with drawn indices (lift)
 
     def __bool__(self):
         return bool(self.reals)
 
     # ------------------------------------------------ starting and stopping
     @classmethod
-    def start(cls, tape, fn, targs, kwargs):
+    def start(cls, tape, fn, targs, kwargs, lift=False):
         """Swap stand-ins for the generators fn can reach (and for generator
-        arguments in targs); log draws in this thread until stop()."""
+        arguments in targs); log draws in this thread until stop().  lift:
+        also swap the float64 arrays fn reaches (closure, globals, attributes)
+        for views whose indexing by drawn indices is a refilled tape input."""
         log = cls(tape)
         for i, a in enumerate(targs):
             if type(a) in (_GEN, _RS):
                 log._note(a)
                 targs[i] = _stand_in(a)
-        places, legacy = _find(fn, targs, kwargs)
+        places, legacy = _find(fn, targs, kwargs, arrays=lift)
         if legacy:
             mod = np.random.__dict__
             for name in list(_RS_SPECS) + sorted(_RS_DATA):
@@ -176,7 +179,8 @@ class DrawLog:
                 if isinstance(v, types.MethodType) and v.__self__ is np.random.mtrand._rand:
                     places.append((("item", mod, name), v.__self__, name))
         for place, real, attr in places:
-            log._note(real)
+            if attr is not _ARRAY:
+                log._note(real)
             held = _install(place, real, attr)
             if held is not None:
                 log.places.append((place, real, held))
@@ -301,6 +305,21 @@ class DrawLog:
         self.refuse(f"{name} returning {np.asarray(value).dtype}")
         return value
 
+    def gather_data(self, real, key):
+        """real[key] (real a float64 array f reaches, key holding drawn
+        indices) as a tape input that each replay refills by indexing the
+        array again with the fresh draws."""
+        parts = key if type(key) is tuple else (key,)
+        drawn = [p for p in parts if type(p) is DrawnIndex]
+        if any(p._log is not self for p in drawn) or self.closed:
+            drawn[0]._escape()
+        template = tuple(_Slot(("D", p._j)) if type(p) is DrawnIndex else p for p in parts)
+        key_now = tuple(p._a if type(p) is DrawnIndex else p for p in parts)
+        value = real[key_now[0] if len(key_now) == 1 else key_now]      # numpy's IndexError
+        self.inputs.append(("rows", real, template))
+        self.gathered[id(real)] = real
+        return self.tape.track(np.asarray(value, dtype=np.float64))
+
     # ------------------------------------------------ after the run
     def rewind(self):
         for kind, stream, state in self.before.values():
@@ -341,7 +360,7 @@ class DrawLog:
     def add_guards(self, guards, snapshot):
         """Replays draw from the generators found at record time: guard that
         each place still holds its generator (a rebinding re-records)."""
-        drew = {id(real) for real, _, _, _ in self.steps}
+        drew = {id(real) for real, _, _, _ in self.steps} | set(self.gathered)
         for (kind, holder, key), real, want in self.placed:
             if id(real) not in drew:
                 continue                    # not drawn from: rebinding it changes nothing
@@ -420,7 +439,46 @@ def _fill_flat(recipe):
     return fill
 
 
-_FILLS = {"step": _fill_step, "float": _fill_float, "flat": _fill_flat}
+def _fill_rows(recipe):
+    _, real, template = recipe
+
+    def fill(results):
+        key = tuple(results[p[1]] if type(p) is _Slot else p for p in template)
+        # the array as it is now (as a re-run reads it), indexed by numpy
+        return np.asarray(real[key[0] if len(key) == 1 else key], dtype=np.float64)
+    return fill
+
+
+_FILLS = {"step": _fill_step, "float": _fill_float, "flat": _fill_flat, "rows": _fill_rows}
+
+
+_ARRAY = "array"        # _find's marker for a float64 array place (lift)
+
+
+class _DataView(np.ndarray):
+    """Stands in, in its place, for a float64 array f reaches (second
+    recording attempt, after drawn indices indexed a plain array): indexing
+    it with drawn indices gives a refilled tape input; everything else is the
+    plain array's behaviour, with plain results."""
+
+    def __getitem__(self, key):
+        real = self.__dict__.get("_rt_real")
+        if real is not None and (type(key) is DrawnIndex or (type(key) is tuple and any(
+                type(k) is DrawnIndex for k in key))):
+            log = _active()
+            if log is not None:
+                return log.gather_data(real, key)
+        return np.ndarray.__getitem__(self.view(np.ndarray), key)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        inputs = tuple(x.view(np.ndarray) if isinstance(x, _DataView) else x for x in inputs)
+        if "out" in kwargs:
+            kwargs["out"] = tuple(x.view(np.ndarray) if isinstance(x, _DataView) else x
+                                  for x in kwargs["out"])
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __reduce__(self):
+        return self.view(np.ndarray).__reduce__()
 
 
 class _Slot(tuple):
@@ -641,6 +699,8 @@ def _original(v):
         return v._rt_real
     if t is _BoundDraw:
         return v._rt_original
+    if t is _DataView:
+        return v.__dict__.get("_rt_real", v)
     return v
 
 
@@ -714,11 +774,17 @@ def _install(place, real, attr):
             current = _get(place)
         except Exception:
             return None
-        want = real if attr is None else getattr(real, attr)
-        if not (current is real or (attr is not None and current == want)):
+        if attr is _ARRAY:
+            if current is not real:
+                return None
+        elif not (current is real or (attr is not None and current == getattr(real, attr))):
             return None
-        s = _stand_ins[id(real)][1]
-        rep = s if attr is None else _BoundDraw(s, attr, current)
+        if attr is _ARRAY:
+            rep = real.view(_DataView)
+            rep._rt_real = real
+        else:
+            s = _stand_ins[id(real)][1]
+            rep = s if attr is None else _BoundDraw(s, attr, current)
         try:
             _set(place, rep)
         except Exception:            # a read-only place: not swapped (draws there are seen)
@@ -745,9 +811,10 @@ def _uninstall(place):
             pass
 
 
-def _find(fn, args, kwargs, max_depth=3):
+def _find(fn, args, kwargs, max_depth=3, arrays=False):
     """[(place, real generator, method name or None)] reachable from fn and
-    its arguments, and whether code that may call np.random.* is reachable."""
+    its arguments (with arrays: also (place, float64 array, _ARRAY)), and
+    whether code that may call np.random.* is reachable."""
     out = []
     seen = set()
     legacy = [False]
@@ -757,6 +824,12 @@ def _find(fn, args, kwargs, max_depth=3):
         if t is _GEN or t is _RS:
             if place is not None:
                 out.append((place, v, None))
+            return
+        if t is np.ndarray:
+            if arrays and place is not None and v.dtype == np.float64 and \
+                    id(v) not in seen:
+                seen.add(id(v))
+                out.append((place, v, _ARRAY))
             return
         if t is types.MethodType:
             s = v.__self__

@@ -779,7 +779,8 @@ class GradFunction:
                 targs[i] = tape.track(a)
         pre = _pre_snapshots(self.fun)
         # generators f reaches draw through stand-ins while it runs (_draws.py)
-        draws = _draws.DrawLog.start(tape, self.fun, targs, kwargs) if proxy_draws else None
+        draws = _draws.DrawLog.start(tape, self.fun, targs, kwargs, lift=proxy_draws == "lift") \
+            if proxy_draws else None
         watcher = _Watcher()
         try:
             with gc_paused():
@@ -791,6 +792,11 @@ class GradFunction:
             # put the generators back and record it with plain draws
             draws.stop()
             draws.rewind()
+            if isinstance(e, _draws.DrawEscape) and proxy_draws is True:
+                # drawn indices met a plain array (A[idx], A a closure or global
+                # array): once more, with f's float arrays standing in as views
+                # whose gathers by drawn indices are refilled inputs
+                return self._record(key, args, kwargs, argnums, proxy_draws="lift")
             return self._record(key, args, kwargs, argnums, proxy_draws=False,
                                 why=f"its draws could not stay on the tape: {e}")
         finally:
