@@ -20,13 +20,20 @@ with a size; normal(loc, scale, size), uniform(low, high, size) and
 exponential(scale, size) with scalar or array parameters, plain or tracked,
 as the standard draw of the result's shape transformed on the tape
 (loc + scale*z, low + (high-low)*u, scale*e: numpy's own formulas, checked bit
-for bit against numpy on a copy of the stream at recording).  Anything else
-(integers, choice, permutation, shuffle, other distributions, dtype/out
-arguments, a generator reached where it cannot be swapped) leaves the
-recording unreplayable: rt.grad then records on every call.  Exactness does not
-rest on having swapped everything: after the run, the logged calls are replayed
-on copies of every stream's starting state and must reproduce each stream's
-final state, and every stream the watcher saw move must be one of them.
+for bit against numpy on a copy of the stream at recording).  integers, choice
+and permutation (legacy randint, choice, permutation) are replayed as data:
+their integers come back as a DrawnIndex, whose use to index a tracked array
+records a gather with refilled indices (ops.take_idx, the VM's GATHER_IDX),
+whose use in arithmetic with tracked values makes it a float input, and whose
+any other use raises DrawEscape; indexing a float64 array f reaches (closure,
+global, attribute) succeeds on a second attempt that stands those arrays in
+as _DataView views (lift).  Anything else (shuffle, other distributions,
+dtype/out arguments, a generator reached where it cannot be swapped) leaves
+the recording unreplayable: rt.grad then records on every call.  Exactness
+does not rest on having swapped everything: after the run, the logged calls
+are replayed on copies of every stream's starting state and must reproduce
+each stream's final state, and every stream the watcher saw move must be one
+of them.
 
 Swaps are shared between threads recording at once (a reference count per
 place) and the stand-ins log only in the thread that is recording, so other
@@ -283,7 +290,7 @@ class DrawLog:
         self.inputs.append(recipe or ("step", j))
         return self.tape.track(value)
 
-    def draw_data(self, real, specs, name, args, kwargs, call):
+    def draw_data(self, real, name, args, kwargs, call):
         """integers, choice, permutation: integer results become DrawnIndex
         (indices of tracked arrays, or numbers promoted to float on the
         tape), float results tape inputs; the refill is the same call."""
@@ -613,7 +620,7 @@ def _g_data_method(name):
         log = _active()
         if log is None:
             return unbound(self, *args, **kwargs)
-        return log.draw_data(self._rt_real, _G_SPECS, name, args, kwargs,
+        return log.draw_data(self._rt_real, name, args, kwargs,
                              lambda: unbound(self, *args, **kwargs))
     return method
 
@@ -661,7 +668,7 @@ def _rs_data_method(name):
         log = _active()
         if log is None:
             return getattr(real, name)(*args, **kwargs)
-        return log.draw_data(real, _RS_SPECS, name, args, kwargs,
+        return log.draw_data(real, name, args, kwargs,
                              lambda: getattr(real, name)(*args, **kwargs))
     method.__name__ = name
     return method
