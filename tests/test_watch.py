@@ -495,6 +495,21 @@ def test_draws_from_any_reachable_generator_are_compiled_and_fresh(place):
     assert rng.bit_generator.state == twin.bit_generator.state
 
 
+def test_a_generator_keyword_argument_is_compiled_and_keyed_by_identity():
+    def f(x, *, rng):
+        return np.sum((x - rng.standard_normal(3)) ** 2) + x[0] * rng.random()
+
+    g = rt.grad(f)
+    r1, t1 = np.random.default_rng(1), np.random.default_rng(1)
+    r2, t2 = np.random.default_rng(2), np.random.default_rng(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(3):
+            np.testing.assert_array_equal(g(X3 * k, rng=r1), _twin_grad(X3 * k, t1))
+            np.testing.assert_array_equal(g(X3 * k, rng=r2), _twin_grad(X3 * k, t2))
+    assert g.cache_info().records == 2       # one per generator (a static argument)
+
+
 def test_draws_from_a_module_global_generator_are_compiled_and_fresh():
     twin = np.random.default_rng(21)
     twin.bit_generator.state = _GLOBAL_RNG.bit_generator.state

@@ -178,6 +178,10 @@ class DrawLog:
             if type(a) in (_GEN, _RS):
                 log._note(a)
                 targs[i] = _stand_in(a)
+        for k, a in list(kwargs.items()):
+            if type(a) in (_GEN, _RS):
+                log._note(a)
+                kwargs[k] = _stand_in(a)
         places, legacy = _find(fn, targs, kwargs, arrays=lift)
         if legacy:
             mod = np.random.__dict__

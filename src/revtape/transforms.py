@@ -779,12 +779,13 @@ class GradFunction:
                 targs[i] = tape.track(a)
         pre = _pre_snapshots(self.fun)
         # generators f reaches draw through stand-ins while it runs (_draws.py)
-        draws = _draws.DrawLog.start(tape, self.fun, targs, kwargs, lift=proxy_draws == "lift") \
+        tkwargs = dict(kwargs)          # generator keywords are swapped in the copy
+        draws = _draws.DrawLog.start(tape, self.fun, targs, tkwargs, lift=proxy_draws == "lift") \
             if proxy_draws else None
         watcher = _Watcher()
         try:
             with gc_paused():
-                out = watcher.run(self.fun, *targs, **kwargs)
+                out = watcher.run(self.fun, *targs, **tkwargs)
         except Exception as e:
             if not draws or not draws.steps or not isinstance(e, RevtapeError):
                 raise                     # f's own error (numpy's, for a bad draw parameter)
