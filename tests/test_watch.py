@@ -747,6 +747,27 @@ def test_permutation_and_integers_index_tracked_arrays_compiled():
     assert rng.bit_generator.state == twin.bit_generator.state
 
 
+def test_permuted_and_chosen_float_data_are_refilled_inputs():
+    # permutation/choice of a float array return data: tape inputs refilled by
+    # the same call on the same array (rows of D shuffled afresh each call)
+    r, t = np.random.default_rng(1), np.random.default_rng(1)
+    D = np.arange(12.0).reshape(4, 3)
+    vals = np.array([0.5, 1.5, 2.5])
+
+    def f(w):
+        P = r.permutation(D)
+        return np.sum((P[:2] @ w) ** 2) + np.sum(w * r.choice(vals, 3))
+
+    def df(w):
+        P, c = t.permutation(D), t.choice(vals, 3)
+        return 2 * P[:2].T @ (P[:2] @ w) + c
+
+    g = rt.grad(f)
+    for k in range(4):
+        np.testing.assert_allclose(g(np.ones(3) * k), df(np.ones(3) * k), rtol=1e-14)
+    assert g.cache_info().records == 1
+
+
 def test_legacy_choice_and_randint_indices_are_compiled():
     def f(x):
         i = np.random.choice(3, 2, replace=False)
