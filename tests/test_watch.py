@@ -180,7 +180,10 @@ def test_generator_argument_replay_survives_branches_without_extra_draws():
 
 @pytest.mark.parametrize("draw, plain", [
     (lambda r: abs(float(r.standard_normal())), lambda r: abs(r.standard_normal())),
-    (lambda r: r.gamma(2.0, size=3), lambda r: r.gamma(2.0, size=3)),
+    (lambda r: r.gamma(np.float32(2.0), size=3, ).astype(np.float32).astype(float),
+     lambda r: r.gamma(np.float32(2.0), size=3).astype(np.float32).astype(float)),
+    (lambda r: r.permuted(np.arange(3.0), out=np.empty(3)),
+     lambda r: r.permuted(np.arange(3.0), out=np.empty(3))),
     (lambda r: r.standard_normal(3, dtype=np.float32).astype(float),
      lambda r: r.standard_normal(3, dtype=np.float32).astype(float)),
     (lambda r: r.standard_normal(3).astype(np.float32).astype(float),
@@ -317,8 +320,8 @@ def test_draw_only_on_one_branch_becomes_fresh_when_that_branch_runs():
 def test_grad_warns_once_naming_the_draw_site():
     rng = np.random.default_rng(0)
 
-    def f(x):                       # gamma: not replayed compiled, so recorded every call
-        return np.sum(x * rng.gamma(2.0, size=3))
+    def f(x):                       # in place: not replayed compiled, so recorded every call
+        return np.sum(x * rng.permuted(np.arange(3.0), out=np.empty(3)))
 
     line = f.__code__.co_firstlineno + 1
     g = rt.grad(f)
@@ -343,7 +346,7 @@ def test_draw_site_is_the_line_that_draws():
 
     def f(x):
         b = m.beta
-        e = rng.laplace(size=3)
+        e = rng.random(size=3, dtype=np.float32)
         return b * np.sum(x * e)
 
     line = f.__code__.co_firstlineno + 2
@@ -766,6 +769,35 @@ def test_permuted_and_chosen_float_data_are_refilled_inputs():
     for k in range(4):
         np.testing.assert_allclose(g(np.ones(3) * k), df(np.ones(3) * k), rtol=1e-14)
     assert g.cache_info().records == 1
+
+
+def test_other_distributions_with_plain_parameters_are_refilled_inputs():
+    # gamma, beta, poisson (integers), multivariate_normal, legacy laplace:
+    # their numbers are tape inputs refilled by the same call each replay
+    r, t = np.random.default_rng(6), np.random.default_rng(6)
+    np.random.seed(6)
+    L = np.random.RandomState(6)
+    cov = np.array([[2.0, 0.3, 0.0], [0.3, 1.0, 0.1], [0.0, 0.1, 0.5]])
+
+    def draws(g, legacy):
+        e = g.gamma(2.0, 0.5, size=3) * g.beta(2.0, 3.0)
+        e = e + g.multivariate_normal(np.zeros(3), cov)
+        e[0] += g.poisson(4.0)
+        e[1] += legacy.laplace(1.0, 2.0)
+        return e
+
+    def f(w):
+        e = r.gamma(2.0, 0.5, size=3) * r.beta(2.0, 3.0)
+        e = e + r.multivariate_normal(np.zeros(3), cov)
+        return np.sum(w * e) + w[0] * r.poisson(4.0) + w[1] * np.random.laplace(1.0, 2.0)
+
+    g = rt.grad(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(4):
+            np.testing.assert_allclose(g(X3 * k), draws(t, L), rtol=1e-14)
+    assert g.cache_info().records == 1
+    assert r.bit_generator.state == t.bit_generator.state
 
 
 def test_legacy_choice_and_randint_indices_are_compiled():

@@ -27,9 +27,12 @@ records a gather with refilled indices (ops.take_idx, the VM's GATHER_IDX),
 whose use in arithmetic with tracked values makes it a float input, and whose
 any other use raises DrawEscape; indexing a float64 array f reaches (closure,
 global, attribute) succeeds on a second attempt that stands those arrays in
-as _DataView views (lift).  Anything else (shuffle, other distributions,
-dtype/out arguments, a generator reached where it cannot be swapped) leaves
-the recording unreplayable: rt.grad then records on every call.  Exactness
+as _DataView views (lift).  Every other drawing method with plain parameters
+(gamma, poisson, multivariate_normal, ...) is refilled by the very same call
+(draw_generic).  Anything else (in-place draws such as shuffle, tracked
+parameters outside normal/uniform/exponential, dtype/out arguments, a
+generator reached where it cannot be swapped) leaves the recording
+unreplayable: rt.grad then records on every call.  Exactness
 does not rest on having swapped everything: after the run, the logged calls
 are replayed on copies of every stream's starting state and must reproduce
 each stream's final state, and every stream the watcher saw move must be one
@@ -88,6 +91,16 @@ _G_DATA = frozenset({"integers", "choice", "permutation"})
 _RS_DATA = frozenset({"randint", "choice", "permutation"})
 # Generator methods that do not draw (looking them up marks nothing)
 _G_QUIET = frozenset({"bit_generator", "spawn"})
+# Every other drawing method (gamma, beta, poisson, multivariate_normal, ...)
+# with plain parameters: its result is a tape input (float64) or a DrawnIndex
+# (integers), refilled by the very same call.  In place or not numbers: refused.
+_NOT_GENERIC = frozenset({"shuffle", "bytes", "seed", "get_state", "set_state", "tomaxint",
+                          "random_integers"})
+
+
+def _drawing_methods(cls, *taken):
+    return frozenset(n for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n))
+                     and not any(n in t for t in taken)) - _NOT_GENERIC
 
 
 def _active():
@@ -185,7 +198,7 @@ class DrawLog:
         places, legacy = _find(fn, targs, kwargs, arrays=lift)
         if legacy:
             mod = np.random.__dict__
-            for name in list(_RS_SPECS) + sorted(_RS_DATA):
+            for name in list(_RS_SPECS) + sorted(_RS_DATA) + sorted(_RS_GENERIC):
                 v = mod.get(name)
                 if isinstance(v, types.MethodType) and v.__self__ is np.random.mtrand._rand:
                     places.append((("item", mod, name), v.__self__, name))
@@ -316,6 +329,23 @@ class DrawLog:
         self.refuse(f"{name} returning {np.asarray(value).dtype}")
         return value
 
+    def draw_generic(self, real, name, args, kwargs, call):
+        """Any other drawing method with plain parameters: the result is a
+        tape input (float64) or a DrawnIndex (integers), refilled by the same
+        call on the same generator -- the same numbers, the same stream."""
+        if id(real) not in self.reals or "out" in kwargs or _holds_tracked(args, kwargs):
+            self.refuse(f"{type(real).__name__}.{name}"
+                        + (" with tracked parameters" if id(real) in self.reals else ""))
+            return call()
+        j, value = self._step(real, name, args, kwargs)
+        dtype = np.asarray(value).dtype
+        if dtype.kind in "iu":
+            return DrawnIndex(self, j, value)
+        if dtype == np.float64:
+            return self._input((j, value))
+        self.refuse(f"{type(real).__name__}.{name} returning {dtype}")
+        return value
+
     def gather_data(self, real, key):
         """real[key] (real a float64 array f reaches, key holding drawn
         indices) as a tape input that each replay refills by indexing the
@@ -410,6 +440,13 @@ class DrawLog:
                         s.set_state(st)
                 raise
         return replay
+
+
+def _holds_tracked(args, kwargs):
+    for v in list(args) + list(kwargs.values()):
+        if _t.istracked(v) or (isinstance(v, (list, tuple)) and any(_t.istracked(x) for x in v)):
+            return True
+    return False
 
 
 def _twin(real):
@@ -581,6 +618,17 @@ class DrawnIndex:
 
 # ---------------------------------------------------------------- stand-ins
 
+_G_GENERIC = _drawing_methods(_GEN, _G_SPECS, _G_DATA, _G_QUIET)
+_RS_GENERIC = _drawing_methods(_RS, _RS_SPECS, _RS_DATA)
+
+
+def _generic(log, real, name):
+    def draw(*args, **kwargs):
+        return log.draw_generic(real, name, args, kwargs,
+                                lambda: getattr(real, name)(*args, **kwargs))
+    return draw
+
+
 class _GeneratorStandIn(_GEN):
     """A Generator on the real one's bit generator (so isinstance and every
     method work); the replayable methods log when the recording thread calls
@@ -596,6 +644,8 @@ class _GeneratorStandIn(_GEN):
                 name not in _G_DATA:
             log = _active()
             if log is not None and log.thread == threading.get_ident():
+                if name in _G_GENERIC:
+                    return _generic(log, object.__getattribute__(self, "_rt_real"), name)
                 log.refuse(f"Generator.{name}")
         return object.__getattribute__(self, name)
 
@@ -647,6 +697,8 @@ class _RandomStateStandIn:
         if name[0] != "_" and name not in _RS_SPECS and name not in _RS_DATA:
             log = _active()
             if log is not None and log.thread == threading.get_ident():
+                if name in _RS_GENERIC:
+                    return _generic(log, real, name)
                 log.refuse(f"RandomState.{name}")
         return getattr(real, name)
 
@@ -845,8 +897,8 @@ def _find(fn, args, kwargs, max_depth=3, arrays=False):
         if t is types.MethodType:
             s = v.__self__
             if type(s) in (_GEN, _RS) and place is not None:
-                if v.__name__ in (_G_SPECS.keys() | _G_DATA if type(s) is _GEN
-                                  else _RS_SPECS.keys() | _RS_DATA):
+                if v.__name__ in (_G_SPECS.keys() | _G_DATA | _G_GENERIC if type(s) is _GEN
+                                  else _RS_SPECS.keys() | _RS_DATA | _RS_GENERIC):
                     out.append((place, s, v.__name__))
                 return
             value(s, None, depth)

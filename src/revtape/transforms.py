@@ -835,10 +835,11 @@ class GradFunction:
                               "revtape records it on every call so that each call draws afresh "
                               "(correct, but not compiled"
                               + (f"; {why}" if why else "") + "). Compiled replays draw "
-                              "afresh with standard_normal, random, standard_exponential, "
-                              "normal, uniform, exponential (and their np.random forms), and "
-                              "integers/choice/permutation used to index tracked arrays; or "
-                              "pass the noise in as an argument", RandomDrawWarning,
+                              "afresh from numpy Generators and RandomStates (and np.random.*) "
+                              "whose numbers stay on the tape: any method with plain "
+                              "parameters, normal/uniform/exponential also with tracked ones, "
+                              "integers/choice/permutation as indices of tracked or reachable "
+                              "arrays; or pass the noise in as an argument", RandomDrawWarning,
                               stacklevel=3 if why is None else 4)
             value = tape._vals[tape._output._id]
             grads = tape._grads_out(tape._reverse(1.0), None)
