@@ -800,6 +800,29 @@ def test_other_distributions_with_plain_parameters_are_refilled_inputs():
     assert r.bit_generator.state == t.bit_generator.state
 
 
+def test_scipy_rvs_with_a_reachable_random_state_is_compiled():
+    # scipy checks isinstance(random_state, RandomState/Generator): the
+    # stand-ins are both, and forward everything to the real generator
+    st = pytest.importorskip("scipy.stats")
+    rs, tw = np.random.RandomState(3), np.random.RandomState(3)
+    rng, twin = np.random.default_rng(3), np.random.default_rng(3)
+
+    def f(x):
+        return (np.sum(x * st.norm.rvs(size=3, random_state=rs)) + x[0] * rs.randn()
+                + np.sum(x * st.gamma.rvs(2.0, size=3, random_state=rng)))
+
+    g = rt.grad(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            e = st.norm.rvs(size=3, random_state=tw)
+            e[0] += tw.randn()
+            e = e + st.gamma.rvs(2.0, size=3, random_state=twin)
+            np.testing.assert_allclose(g(X3), e, rtol=1e-14)
+    assert g.cache_info().records == 1
+    assert str(rs.get_state()) == str(tw.get_state())
+
+
 def test_legacy_choice_and_randint_indices_are_compiled():
     def f(x):
         i = np.random.choice(3, 2, replace=False)

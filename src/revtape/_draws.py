@@ -225,7 +225,8 @@ class DrawLog:
     def _note(self, real):
         if id(real) in self.reals:
             return
-        _acquire(real)
+        s = _acquire(real)
+        self.streams[id(s)] = s              # the watcher may name it by its stand-in
         self.reals[id(real)] = real
         if type(real) is _GEN:
             bg = real.bit_generator
@@ -685,21 +686,26 @@ for _name in _G_DATA:
     setattr(_GeneratorStandIn, _name, _g_data_method(_name))
 
 
-class _RandomStateStandIn:
-    """Forwards to the real RandomState (whose gauss cache is part of its
-    stream); the replayable methods log when the recording thread calls them."""
+class _RandomStateStandIn(_RS):
+    """A RandomState (so isinstance checks, scipy's check_random_state among
+    them, accept it) that forwards every public attribute to the real one,
+    whose gauss cache is part of its stream; the replayable methods log when
+    the recording thread calls them.  Its own state (a RandomState on the
+    real one's bit generator) is never drawn from."""
 
     def __init__(self, real):
+        _RS.__init__(self, real._bit_generator)
         object.__setattr__(self, "_rt_real", real)
 
-    def __getattr__(self, name):
+    def __getattribute__(self, name):
+        if name[0] == "_" or name in _RS_SPECS or name in _RS_DATA:
+            return object.__getattribute__(self, name)
         real = object.__getattribute__(self, "_rt_real")
-        if name[0] != "_" and name not in _RS_SPECS and name not in _RS_DATA:
-            log = _active()
-            if log is not None and log.thread == threading.get_ident():
-                if name in _RS_GENERIC:
-                    return _generic(log, real, name)
-                log.refuse(f"RandomState.{name}")
+        log = _active()
+        if log is not None and log.thread == threading.get_ident() and name != "get_state":
+            if name in _RS_GENERIC:
+                return _generic(log, real, name)
+            log.refuse(f"RandomState.{name}")
         return getattr(real, name)
 
     def __reduce__(self):

@@ -787,10 +787,11 @@ class GradFunction:
             with gc_paused():
                 out = watcher.run(self.fun, *targs, **tkwargs)
         except Exception as e:
-            if not draws or not draws.steps or not isinstance(e, RevtapeError):
-                raise                     # f's own error (numpy's, for a bad draw parameter)
-            # f could not take its draws as tracked values (float(z), z.astype(int)):
-            # put the generators back and record it with plain draws
+            if not draws:
+                raise
+            # f could not take its draws as tracked values (float(z), z.astype(int)),
+            # or failed for its own reasons: put the generators back and record
+            # it with plain draws
             draws.stop()
             draws.rewind()
             if isinstance(e, _draws.DrawEscape) and proxy_draws is True:
@@ -798,8 +799,15 @@ class GradFunction:
                 # array): once more, with f's float arrays standing in as views
                 # whose gathers by drawn indices are refilled inputs
                 return self._record(key, args, kwargs, argnums, proxy_draws="lift")
-            return self._record(key, args, kwargs, argnums, proxy_draws=False,
-                                why=f"its draws could not stay on the tape: {e}")
+            try:
+                return self._record(key, args, kwargs, argnums, proxy_draws=False,
+                                    why=f"its draws could not stay on the tape: {e}")
+            except RevtapeError:
+                if isinstance(e, RevtapeError):
+                    raise
+                # f's own error with tracked draw parameters (numpy's ValueError for
+                # a negative scale) reads as a conversion error in the plain run
+                raise e from None
         finally:
             if draws is not None:
                 draws.stop()
