@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "11c65aff91be3dfd"
+#define RT_OP_TABLE_HASH "b43b96e695d64d3c"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -150,6 +150,8 @@
     X(SQDIFF) \
     X(CSUM) \
     X(PYCALL) \
+    X(GAXPY) \
+    X(SSD) \
     X(GATHER_IDX)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */

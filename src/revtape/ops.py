@@ -888,7 +888,16 @@ BINARY_VARIANTS = ("VV", "VS", "SV")
 # a run of scalar `s = s + t` / `s = s - t` as one instruction (CppAD's
 # cumulative sum: how scalar code adds up its terms).
 VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF", "CSUM",
-             "PYCALL", "GATHER_IDX")
+             "PYCALL",
+             # GAXPY = a[idx] + b*z: AXPY whose first operand is a gather (a
+             # regression's per-group intercept plus slope times covariate)
+             "GAXPY",
+             # SSD = np.sum((a - b)**2): REDUCE_SUM of a whole SQDIFF, pairwise
+             # like numpy, the squares never stored
+             "SSD",
+             # GATHER_IDX = a[(int)v[c+k]]: a gather whose indices are data
+             # (minibatch indices drawn afresh per replay; gather_idx.h)
+             "GATHER_IDX")
 
 
 def _vm_opcodes():
