@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "a9e0299077d1d292"
+#define RT_OP_TABLE_HASH "381588c8c9e3e9eb"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -152,7 +152,8 @@
     X(CSUM) \
     X(PYCALL) \
     X(GAXPY) \
-    X(SSD)
+    X(SSD) \
+    X(GATHER_IDX)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */
 #define RT_UNARY(X) \

@@ -31,6 +31,7 @@
 #include "kernels.h"
 #include "linalg.h"
 #include "gaxpy.h"
+#include "gather_idx.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390   /* 2 / sqrt(pi), used by ERF */
@@ -76,7 +77,7 @@
 enum {
     RT_N_CASES_ = 0 RT_UNARY(RT_COUNT1_) RT_UNARY_ND(RT_COUNT1_) RT_BINARY(RT_COUNT3_)
                   RT_BINARY_ND(RT_COUNT3_) RT_REDUCE(RT_COUNT1_) RT_GUARDS(RT_COUNT1_)
-                  + 3 /* WHERE_VV/VS/SV */ + 11 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM PYCALL GAXPY SSD */
+                  + 3 /* WHERE_VV/VS/SV */ + 12 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM PYCALL GAXPY SSD GATHER_IDX */
                   RT_LINALG(RT_COUNT1_)
 };
 typedef char rt_every_opcode_has_a_case_[((int)RT_N_CASES_ == (int)RT_NUM_OPS) ? 1 : -1];
@@ -447,6 +448,12 @@ vm_next:
                 v[o + i] = v[a + ints[c + i]];
             VM_NEXT;
         }
+        VM_CASE(GATHER_IDX) {
+            const int st = rt_gather_idx_forward(v, n, o, a, b, c);
+            if (st != RT_OK)
+                return st;
+            VM_NEXT;
+        }
         VM_CASE(SCATTER_ADD) {
             for (i = 0; i < b; i++)
                 v[o + i] = 0.0;
@@ -745,6 +752,12 @@ vm_next:
                     d[a + ints[c + i]] += d[o + i];
             VM_NEXT;
         }
+        VM_CASE(GATHER_IDX) {
+            const int st = rt_gather_idx_reverse(fl, v, d, n, o, a, b, c);
+            if (st != RT_OK)
+                return st;
+            VM_NEXT;
+        }
         VM_CASE(SCATTER_ADD)
         VM_CASE(SCATTER) {
             if (fl & 1)
@@ -1029,6 +1042,12 @@ vm_next:
                 t[o + i] = t[a + ints[c + i]];
             VM_NEXT;
         }
+        VM_CASE(GATHER_IDX) {
+            const int st = rt_gather_idx_tangent(v, t, n, o, a, b, c);
+            if (st != RT_OK)
+                return st;
+            VM_NEXT;
+        }
         VM_CASE(SCATTER) {
             for (i = 0; i < n; i++)
                 t[o + ints[c + i]] = t[a + i];
@@ -1253,6 +1272,12 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
         if (!rt_vints(vc, "index map", c, n) || !rt_vindices(vc, c, n, b, "input"))
             return 0;
         la = b;
+        break;
+    case RT_OP_GATHER_IDX:
+        /* the index values are checked by the kernel on every sweep */
+        if (b < 0)
+            return rt_vfail(vc, "negative input length %lld", (long long)b);
+        la = b; lc = n;
         break;
     case RT_OP_SCATTER_ADD:
     case RT_OP_SCATTER:

@@ -22,6 +22,8 @@
  *   CLIP          out[n] = min(max(a[n], b[0]), c[0])   (b, c: scalar bounds, constants)
  *   REDUCE_*      n segments: out[s] = reduce(a[s*b .. s*b+b))   (b = segment length)
  *   GATHER        out[k] = a[ints[c+k]]           k < n, a has b elements
+ *   GATHER_IDX    out[k] = a[(int64)vals[c+k]]    k < n, a has b elements; the indices
+ *                 are data (checked on every sweep: RT_BAD_INDEX; gather_idx.h)
  *   SCATTER_ADD   out[0..b) = 0; out[ints[c+k]] += a[k]      k < n (n = len(a))
  *   SCATTER       out[ints[c+k]] = a[k]           k < n (n = len(a)), out has b elements
  *   MATMUL        ints[c..c+3) = (M, K, N); out[M*N] = a[M*K] @ b[K*N], n = M*N
@@ -60,7 +62,8 @@ enum {
     RT_UNVERIFIED = 3,     /* rt_verify has not accepted this program */
     RT_BADARG = 4,         /* e.g. value_and_grad on a non-scalar output */
     RT_NONFINITE = 5,      /* reserved: no longer returned (nan/inf are values) */
-    RT_CALLBACK_FAILED = 6 /* a PYCALL callback returned non-zero (the caller holds the error) */
+    RT_CALLBACK_FAILED = 6, /* a PYCALL callback returned non-zero (the caller holds the error) */
+    RT_BAD_INDEX = 7       /* a GATHER_IDX index value is not an integer in range */
 };
 
 enum { RT_CB_FORWARD = 0, RT_CB_REVERSE = 1, RT_CB_TANGENT = 2 };

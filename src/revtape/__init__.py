@@ -10,7 +10,7 @@ instruction buffer replayed by a small C virtual machine.
 from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, ConversionError,
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
-from .errors import PicklingError
+from .errors import IndexInputError, PicklingError
 from .tape import NULL_TAPE, Tape
 from .watch import RandomDrawWarning
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
@@ -63,7 +63,7 @@ __all__ = [
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
     "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning", "special",
     "primitive", "defvjp", "defjvp", "stop_gradient",
-    "PicklingError", "jvp", "vjp", "register_pytree_node", "LogDensity",
+    "PicklingError", "IndexInputError", "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]
 __all__.append("array")
 

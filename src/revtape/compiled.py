@@ -24,7 +24,7 @@ import numpy as np
 from . import compiler, pytree
 from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, InputError,
                      OutputError, RevtapeError, VerificationError)
-from .errors import PicklingError
+from .errors import IndexInputError, PicklingError
 from .hessian import HessianTape, Parts
 from .guards import branch_changed
 from .tape import NULL_TAPE, Tape
@@ -48,6 +48,7 @@ if ffi.string(lib.rt_op_table_hash()).decode() != ops.OP_TABLE_HASH:  # pragma: 
 
 RT_OK, RT_GUARD_FAILED, RT_BUSY, RT_UNVERIFIED, RT_BADARG, RT_NONFINITE = 0, 1, 2, 3, 4, 5
 RT_CALLBACK_FAILED = 6
+RT_BAD_INDEX = 7
 _F64 = np.dtype(np.float64)
 _ND = np.ndarray
 _empty = np.empty
@@ -319,6 +320,11 @@ class CompiledTape:
             raise err or RevtapeError("a Python callback failed")
         if status == RT_BADARG:
             raise OutputError("a gradient needs a scalar output; use jacobian()")
+        if status == RT_BAD_INDEX:
+            raise IndexInputError(
+                "a gather index read from a tape input is not a whole number inside the "
+                "indexed array (the replay stopped before reading outside it); write indices "
+                "in range, as numpy's own indexing of the array produces them")
         raise RevtapeError(f"the VM refused the call (status {status})")
 
     def _branch_changed(self, xp, report):

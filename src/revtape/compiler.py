@@ -561,6 +561,13 @@ class _Lowering:
                 self.offset[out] = self.gather(self.offset[a], _size(_shp(self.vals[a])),
                                                params["idx"], flag[0])
                 continue
+            if fam == ops.STRUCT and op.name == "take_idx":
+                a, ix = args
+                o = self._alloc(n)
+                self.offset[out] = o
+                self.emit("GATHER_IDX", n, o, self.offset[a], _size(_shp(self.vals[a])),
+                          self.offset[ix], flags=flag[0])
+                continue
             o = self._alloc(n)
             self.offset[out] = o
             if fam in (ops.UNARY, ops.UNARY_ND):

@@ -57,5 +57,10 @@ class StaleTape(RevtapeError):
     """A cached tape no longer matches the function (raised with on_stale='raise')."""
 
 
+class IndexInputError(RevtapeError, IndexError):
+    """A gather index read from a tape input (minibatch indices refilled on each
+    replay) is not a whole number inside the indexed array."""
+
+
 class PicklingError(RevtapeError, _pickle.PicklingError):
     """An object that cannot travel in a pickle (the message says what to pickle instead)."""

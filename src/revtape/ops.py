@@ -671,6 +671,29 @@ _def("scatter_add", STRUCT, _quiet(_scatter_add_fwd),
      vjp=lambda i, g, ans, x, idx, shape: P.take(g, idx=idx))
 
 
+# take_idx: a gather whose flat indices are a value on the tape (a data input
+# holding whole numbers as float64), not a constant -- minibatch indices that
+# rt.grad draws afresh on every replay (_draws.py).  The C kernel checks each
+# index on every sweep (GATHER_IDX, csrc/gather_idx.h); so does the forward.
+
+
+def _take_idx_fwd(x, idx):
+    flat = np.asarray(x, dtype=np.float64).ravel()
+    i = np.asarray(idx, dtype=np.float64)
+    if not (np.all(i >= 0) and np.all(i < flat.size) and np.array_equal(np.floor(i), i)):
+        raise IndexError(f"a gather index is not a whole number in [0, {flat.size})")
+    return flat[i.astype(np.int64)]
+
+
+def _take_idx_vjp(i, g, ans, x, idx):
+    if i == 1:
+        return np.zeros(np.shape(idx))        # the indices are data: no gradient
+    return P.scatter_add(g, idx=np.asarray(idx).astype(np.int64), shape=shape_of(x))
+
+
+_def("take_idx", STRUCT, _take_idx_fwd, vjp=_take_idx_vjp)
+
+
 def concat_pieces(shapes, axis):
     """Flat positions of each concatenated piece inside the result."""
     sizes = [s[axis] for s in shapes]
@@ -952,7 +975,10 @@ VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDI
              "GAXPY",
              # SSD = np.sum((a - b)**2): REDUCE_SUM of a whole SQDIFF, pairwise
              # like numpy, the squares never stored
-             "SSD")
+             "SSD",
+             # GATHER_IDX = a[(int)v[c+k]]: a gather whose indices are data
+             # (minibatch indices drawn afresh per replay; gather_idx.h)
+             "GATHER_IDX")
 
 
 def _vm_opcodes():

@@ -34,6 +34,11 @@ _NO_PARAMS = {}  # shared, never mutated
 _WRAP = None
 
 
+# Types of drawn integers (_draws.DrawnIndex): an operand of one becomes a
+# tape input that rt.grad refills on every replay, not a constant.
+DRAWN_TYPES = set()
+
+
 class _Nodes:
     """A tape's input (or output) handles, held weakly.
 
@@ -190,6 +195,8 @@ class Tape(Replay):
         """Node id of a constant operand (captured by value at record time)."""
         if getattr(v, "_is_tracked", False):       # a NULL_TAPE constant
             v = v._const
+        elif type(v) in DRAWN_TYPES:               # integers rt.grad refills per call
+            return v._rt_node(self)
         v = as_value(v)
         if type(v) is float:
             return self._scalar_const(v)

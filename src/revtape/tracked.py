@@ -698,6 +698,9 @@ def getitem(x, key):
         if not -n <= key < n:
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {n}")
         return _record1(_ITEM, x, {"i": key % n})
+    if type(key) in _tape_module.DRAWN_TYPES or (type(key) is tuple and any(
+            type(k) in _tape_module.DRAWN_TYPES for k in key)):
+        return _tape_module.drawn_getitem(x, key)     # indices drawn afresh per replay
     if istracked(key):
         return masked_getitem(x, key)         # x[x > c]: a guarded gather
     if isinstance(key, tuple) and any(istracked(k) for k in key):

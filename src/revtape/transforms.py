@@ -40,11 +40,12 @@ from struct import pack as _struct_pack
 
 import numpy as np
 
-from . import functional, ops
+from . import _draws, functional, ops
 from .functional import _holds_tracked
 from .recording import gc_paused
 from .compiled import CompiledTape, ffi as _ffi, lib as _lib
-from .errors import BranchChanged, InputError, OutputError, PicklingError, StaleTape
+from .errors import (BranchChanged, InputError, OutputError, PicklingError, RevtapeError,
+                     StaleTape)
 from .tape import Tape
 from .watch import RandomDrawWarning, Watcher, _freeze
 
@@ -112,7 +113,11 @@ class Guards:
         # Generated straight-line code, as TorchDynamo does for its guards: one
         # identity test a line, no loop, no tuple unpacking (its cost per guard:
         # README, Results).
-        env = {"MISSING": _MISSING, "snapshot": _snapshot, "EPOCH": ops.EPOCH}
+        # ORIG: a place may hold, for a moment, a random-draw stand-in another
+        # thread's recording put there (_draws.py); it counts as the original.
+        # Evaluated only when the identity test fails: no cost on the fast path.
+        env = {"MISSING": _MISSING, "snapshot": _snapshot, "EPOCH": ops.EPOCH,
+               "ORIG": _draws._original}
         lines = ["def check():"]
 
         def bind(obj):
@@ -121,19 +126,23 @@ class Guards:
             return name
 
         for d, k, v in self.items:
-            lines.append(f"    if {bind(d)}.get({k!r}, MISSING) is not {bind(v)}: "
-                         f"return {f'{k!r} was rebound'!r}")
+            lines.append(f"    if (v := {bind(d)}.get({k!r}, MISSING)) is not {bind(v)} and "
+                         f"ORIG(v) is not {bind(v)}: return {f'{k!r} was rebound'!r}")
         for o, a, v in self.attrs:
             what = f"{getattr(o, '__qualname__', type(o).__name__)}.{a} changed"
-            lines.append(f"    if getattr({bind(o)}, {a!r}, MISSING) is not {bind(v)}: return {what!r}")
+            lines.append(f"    if (v := getattr({bind(o)}, {a!r}, MISSING)) is not {bind(v)} and "
+                         f"ORIG(v) is not {bind(v)}: return {what!r}")
         for c, v in self.cells:
-            lines.append(f"    try:\n        if {bind(c)}.cell_contents is not {bind(v)}: "
+            lines.append(f"    try:\n        if (v := {bind(c)}.cell_contents) is not {bind(v)} and "
+                         f"ORIG(v) is not {bind(v)}: "
                          "return 'a closure variable was rebound'\n    except ValueError:\n"
                          "        return 'a closure variable was deleted'")
         for d, k, v in self.values:
             ok = f"(v := {bind(d)}.get({k!r}, MISSING)) is {bind(v)}"
             if type(v) in _SCALARS:
                 ok += f" or (type(v) is {bind(type(v))} and v == {bind(v)})"
+            else:
+                ok += f" or ORIG(v) is {bind(v)}"
             lines.append(f"    if not ({ok}): return {f'attribute {k!r} was rebound'!r}")
         for c, snap in self.containers:
             test = (f"{bind(c)} != {bind(snap)}" if isinstance(snap, (list, dict))
@@ -501,7 +510,7 @@ class _Variant:
         self.guards = guards
         self.check = guards.compiled_check()
         self.replicas = {threading.get_ident(): _Replica(ctape)}
-        self.draw_replay = None      # f draws from Generator arguments: _DrawInputs.replay
+        self.draw_replay = None      # f draws from generators: _draws.DrawLog.replay
         self.aux = None              # has_aux: the aux spec (functional.aux_spec)
 
     def replica(self):
@@ -758,7 +767,7 @@ class GradFunction:
                           StaleTapeWarning, stacklevel=4)
         return entry
 
-    def _record(self, key, args, kwargs, argnums, proxy_draws=True):
+    def _record(self, key, args, kwargs, argnums, proxy_draws=True, why=None):
         entry = self._entry_for(key)
         if entry.eager:
             return self._eager(args, kwargs, argnums)
@@ -770,18 +779,39 @@ class GradFunction:
             if i not in argnums and type(a) is np.ndarray and a.dtype.kind == "f":
                 targs[i] = tape.track(a)
         pre = _pre_snapshots(self.fun)
-        draws = _DrawInputs(tape, targs) if proxy_draws else None
+        # generators f reaches draw through stand-ins while it runs (_draws.py)
+        tkwargs = dict(kwargs)          # generator keywords are swapped in the copy
+        draws = _draws.DrawLog.start(tape, self.fun, targs, tkwargs, lift=proxy_draws == "lift") \
+            if proxy_draws else None
         watcher = _Watcher()
         try:
             with gc_paused():
-                out = watcher.run(self.fun, *targs, **kwargs)
-        except Exception:
+                out = watcher.run(self.fun, *targs, **tkwargs)
+        except Exception as e:
             if not draws:
                 raise
-            # f could not take its draws as tracked values (float(z), z.astype(int)):
-            # put the generators back and record it with plain draws
+            # f could not take its draws as tracked values (float(z), z.astype(int)),
+            # or failed for its own reasons: put the generators back and record
+            # it with plain draws
+            draws.stop()
             draws.rewind()
-            return self._record(key, args, kwargs, argnums, proxy_draws=False)
+            if isinstance(e, _draws.DrawEscape) and proxy_draws is True:
+                # drawn indices met a plain array (A[idx], A a closure or global
+                # array): once more, with f's float arrays standing in as views
+                # whose gathers by drawn indices are refilled inputs
+                return self._record(key, args, kwargs, argnums, proxy_draws="lift")
+            try:
+                return self._record(key, args, kwargs, argnums, proxy_draws=False,
+                                    why=f"its draws could not stay on the tape: {e}")
+            except RevtapeError:
+                if isinstance(e, RevtapeError):
+                    raise
+                # f's own error with tracked draw parameters (numpy's ValueError for
+                # a negative scale) reads as a conversion error in the plain run
+                raise e from None
+        finally:
+            if draws is not None:
+                draws.stop()
         if self.has_aux:
             out, aux = functional.split_aux(out)
         tape.finish(out)
@@ -791,12 +821,12 @@ class GradFunction:
         n_diff = len(parts) - sum(1 for i, a in enumerate(args) if i not in argnums
                                   and type(a) is np.ndarray and a.dtype.kind == "f")
         entry.layout = functional.layout_of(args, argnums)
-        if draws and not draws.exact(watcher):
+        if draws and not draws.exact():
+            # first: what cannot be replayed and where (_draws.py says what can)
+            watcher.draws[:0] = [(f"{what} (not replayable compiled)", site)
+                                 for what, site in dict.fromkeys(draws.opaque)]
             draws = None
-            watcher.draws.append(("a draw from a Generator argument that cannot be replayed",
-                                  "(a method other than standard_normal/random/"
-                                  "standard_exponential(size))"))
-        if draws is not None and not draws.log:
+        if draws is not None and not draws.steps:
             draws = None
         if any(s is None or draws is None or id(s) not in draws.streams
                for s in watcher.draw_streams) or (watcher.draws and draws is None):
@@ -812,8 +842,14 @@ class GradFunction:
             if warn:
                 warnings.warn(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
                               "revtape records it on every call so that each call draws afresh "
-                              "(correct, but not compiled). Pass the noise in as an argument "
-                              "to get a compiled replay", RandomDrawWarning, stacklevel=3)
+                              "(correct, but not compiled"
+                              + (f"; {why}" if why else "") + "). Compiled replays draw "
+                              "afresh from numpy Generators and RandomStates (and np.random.*) "
+                              "whose numbers stay on the tape: any method with plain "
+                              "parameters, normal/uniform/exponential also with tracked ones, "
+                              "integers/choice/permutation as indices of tracked or reachable "
+                              "arrays; or pass the noise in as an argument", RandomDrawWarning,
+                              stacklevel=3 if why is None else 4)
             value = tape.values[tape.output_id]
             grads = tape._grads_out(tape._reverse(1.0), None)
             if isinstance(grads, tuple):
@@ -824,6 +860,9 @@ class GradFunction:
                 value = (value, functional.plain_aux(aux))
             return self._result(value, grads)
         guards = collect_guards(self.fun, watcher, pre, args, kwargs)
+        _draws.unswap_guards(guards)
+        if draws is not None:
+            draws.add_guards(guards, _snapshot)
         ctape = CompiledTape(tape, n_grad=n_diff)
         variant = _Variant(ctape, guards)
         variant.aux = spec
@@ -837,7 +876,7 @@ class GradFunction:
         if draws is not None:
             # each replay draws afresh from the same generators, into the
             # calling thread's replica
-            variant.draw_replay = draws.replay(run)
+            variant.draw_replay = draws.replay(run, guarded=bool(ctape._program.guards))
             parts = parts + list(draws.recorded())
         with self._lock:
             self._stats["records"] += 1
@@ -920,103 +959,6 @@ class GradFunction:
     def __reduce__(self):
         _check_picklable(self.fun, self.__name__)
         return (_rebuild_grad, (self.fun,) + self._options())
-
-
-class _DrawingGenerator(np.random.Generator):
-    """Stands in, while f is recorded, for a numpy Generator passed to f as an
-    argument, drawing from the same bit generator.  standard_normal, random
-    and standard_exponential called with a size alone return the numbers as
-    tracked tape inputs, so every use of them is on the tape (or an escape
-    such as float(z) fails the recording, which is then redone with plain
-    draws); each replay refills those inputs by the same calls, in order, on
-    the same generator -- the numbers a re-run of f would draw.  Any other
-    method marks the recording not replayable (f is then recorded on every
-    call)."""
-
-    _REPLAYABLE = ("standard_normal", "random", "standard_exponential")
-
-    def __init__(self, gen, tape, log):
-        np.random.Generator.__init__(self, gen.bit_generator)
-        self._rt = (gen, tape, log)
-        self._rt_opaque = False
-
-    def __getattribute__(self, name):
-        if not name.startswith("_") and name not in _DrawingGenerator._REPLAYABLE \
-                and name not in ("bit_generator", "spawn"):
-            object.__setattr__(self, "_rt_opaque", True)
-        return object.__getattribute__(self, name)
-
-    def _rt_draw(self, name, args, kwargs):
-        value = getattr(np.random.Generator, name)(self, *args, **kwargs)
-        if len(args) + len(kwargs) > 1 or (kwargs and "size" not in kwargs):
-            object.__setattr__(self, "_rt_opaque", True)     # dtype, out, loc...: not replayed
-            return value
-        gen, tape, log = self._rt
-        size = args[0] if args else kwargs.get("size")
-        log.append((gen, name, size))
-        return tape.track(value)
-
-    def standard_normal(self, *args, **kwargs):
-        return self._rt_draw("standard_normal", args, kwargs)
-
-    def random(self, *args, **kwargs):
-        return self._rt_draw("random", args, kwargs)
-
-    def standard_exponential(self, *args, **kwargs):
-        return self._rt_draw("standard_exponential", args, kwargs)
-
-
-class _DrawInputs:
-    """The Generator arguments of one recording, replaced by
-    _DrawingGenerator, and the draws logged as tape inputs."""
-
-    def __init__(self, tape, targs):
-        self.tape, self.log, self.proxies, self.streams, self.before = tape, [], [], {}, []
-        for i, a in enumerate(targs):
-            if type(a) is np.random.Generator:
-                p = _DrawingGenerator(a, tape, self.log)
-                targs[i] = p
-                self.proxies.append(p)
-                self.streams[id(a.bit_generator)] = a.bit_generator
-                self.before.append((a.bit_generator, a.bit_generator.state))
-        self.n_inputs = len(tape.input_ids)
-
-    def __bool__(self):
-        return bool(self.proxies)
-
-    def rewind(self):
-        for bg, state in self.before:
-            bg.state = state
-
-    def exact(self, watcher):
-        """The logged calls account for every move of the generators."""
-        if any(p._rt_opaque for p in self.proxies):
-            return False
-        copies = {id(bg): np.random.Generator(type(bg)()) for bg, _ in self.before}
-        for bg, state in self.before:
-            copies[id(bg)].bit_generator.state = state
-        for gen, name, size in self.log:
-            getattr(copies[id(gen.bit_generator)], name)(size=size)
-        return all(_freeze(copies[id(bg)].bit_generator.state) == _freeze(bg.state)
-                   for bg, _ in self.before)
-
-    def recorded(self):
-        return tuple(self.tape.values[i] for i in self.tape.input_ids[self.n_inputs:])
-
-    def replay(self, value_and_gradient):
-        steps = [(getattr(gen, name), size) for gen, name, size in self.log]
-        streams = [bg for bg, _ in self.before]
-
-        def replay(x):
-            saved = [bg.state for bg in streams]
-            xs = (x if type(x) is tuple else (x,)) + tuple(draw(size=size) for draw, size in steps)
-            try:
-                return value_and_gradient(xs)
-            except BaseException:       # a branch guard failed: as if this call never drew
-                for bg, st in zip(streams, saved):
-                    bg.state = st
-                raise
-        return replay
 
 
 def _rebuild_grad(fun, argnums, on_stale, with_value, cache_size, has_aux=False):
