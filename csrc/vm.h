@@ -11,10 +11,12 @@
  * enforces it), so replays cannot corrupt the constant pool.
  *
  * Instruction = RT_WORDS int32 words: { op, n, out, a, b, c }
- *   op  = opcode | (adjoint flags << 16); flag 1: a needs an adjoint,
- *         2: b needs one, 4: c needs one.  flags == 0: no reverse work at all.
- *   Operand lengths per opcode family (n is the element count of `out`
- *   unless said otherwise):
+ *   op  = opcode | (adjoint flags << RT_FLAGS_SHIFT); flag 1: a needs an
+ *         adjoint, 2: b needs one, 4: c needs one.  flags == 0: no reverse
+ *         work at all.  Which flags an opcode may carry, and what each word
+ *         holds, is its row in ops_generated.h's RT_INSTRS (src/revtape/isa.py),
+ *         which the verifier checks.  In words (n is the element count of
+ *         `out` unless said otherwise):
  *   UNARY         out[n] = F(a[n])
  *   BINARY _VV    out[n] = F(a[n], b[n]);  _VS: b is one scalar;  _SV: a is one scalar
  *   WHERE _VV/_VS/_SV  out[n] = a[n] != 0 ? b : c   (a = condition, never differentiated;
@@ -45,19 +47,11 @@
 
 #include <stdint.h>
 
-#define RT_WORDS 6
-#define RT_OPCODE_MASK 0xffff
-#define RT_FLAGS_SHIFT 16
-
-enum {
-    RT_OK = 0,
-    RT_GUARD_FAILED = 1,   /* failed_guard holds the guard number */
-    RT_BUSY = 2,           /* another thread is replaying this program */
-    RT_UNVERIFIED = 3,     /* rt_verify has not accepted this program */
-    RT_BADARG = 4,         /* e.g. value_and_grad on a non-scalar output */
-    RT_NONFINITE = 5,      /* reserved: no longer returned (nan/inf are values) */
-    RT_CALLBACK_FAILED = 6 /* a PYCALL callback returned non-zero (the caller holds the error) */
-};
+/* RT_WORDS, RT_OPCODE_MASK, RT_FLAGS_SHIFT and the statuses RT_OK,
+ * RT_GUARD_FAILED (failed_guard holds the guard number), RT_BUSY,
+ * RT_UNVERIFIED, RT_BADARG, RT_NONFINITE (reserved), RT_CALLBACK_FAILED are
+ * generated from src/revtape/isa.py, like each opcode's operand layout. */
+#include "ops_generated.h"
 
 enum { RT_CB_FORWARD = 0, RT_CB_REVERSE = 1, RT_CB_TANGENT = 2 };
 
