@@ -82,6 +82,22 @@ def test_compiled_programs_keep_to_their_rows():
         assert name in seen, name
 
 
+def test_the_verifier_refuses_flags_outside_the_row():
+    refused = 0
+    for ct in _compiled():
+        for k, (op, *_rest) in enumerate(ct.code.tolist()):
+            ins = isa.instr(op & isa.OPCODE_MASK)
+            bad = [bit for bit in (1, 2, 4) if not ins.flags & bit]
+            if not bad:
+                continue
+            code = ct.program.code.copy()
+            code[k, 0] = ins.opcode | (bad[0] << isa.FLAGS_SHIFT)
+            with pytest.raises(rt.VerificationError, match="adjoint flags"):
+                _load(ct, code=code)
+            refused += 1
+    assert refused > 10
+
+
 def test_the_verifier_checks_parameter_words_by_the_table():
     ct = rt.compile(rt.GradientTape(lambda x: np.max(x) + np.sum(x[[2, 0]]), np.arange(3.0)))
     names = [isa.instr(w & isa.OPCODE_MASK).name for w in ct.code[:, 0]]
