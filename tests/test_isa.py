@@ -129,3 +129,59 @@ def test_disassembly_follows_the_rows():
             assert operands.count("@") == ins.arity, line
     assert isa.INSTRS["WHERE_VV"].arity == 3 and isa.INSTRS["SIN"].arity == 1
     assert isa.INSTRS["SQDIFF"].arity == 2 and isa.INSTRS["PYCALL"].arity == 0
+
+
+def _bits(a):
+    if isinstance(a, tuple):
+        return b"|".join(_bits(x) for x in a)
+    return np.asarray(a, dtype=np.float64).tobytes()
+
+
+SPECIAL = np.array([1.5, -0.0, 0.0, np.inf, -np.inf, np.nan, -2.0, 3e300, 1e-310, 0.7, -1.1, 2.0])
+
+
+def test_axpy_vv_is_mul_then_add_bit_for_bit():
+    """AXPY_VV (added by following CONTRIBUTING.md's VM-instruction recipe) in
+    place of the MUL_VV + ADD_VV pair it fuses: same values, gradients and
+    tangents, at ordinary and non-finite points."""
+    f = lambda x: np.sum(x[:4] + x[4:8] * x[8:] + x[8:] * x[8:])
+    ct = rt.compile(rt.GradientTape(f, np.ones(12)))
+    code = ct.program.code
+    names = [isa.instr(w & isa.OPCODE_MASK).name for w in code[:, 0]]
+    k_mul, k_add = names.index("MUL_VV"), names.index("ADD_VV")
+    mul, add = code[k_mul], code[k_add]
+    assert add[4] == mul[2]                          # out = a + (b * c)
+    mfl, afl = mul[0] >> isa.FLAGS_SHIFT, add[0] >> isa.FLAGS_SHIFT
+    fused = code.copy()
+    fused[k_add] = (isa.INSTRS["AXPY_VV"].opcode
+                    | (((afl & 1) | ((mfl & 1) << 1) | ((mfl & 2) << 1)) << isa.FLAGS_SHIFT),
+                    add[1], add[2], add[3], mul[3], mul[4])
+    fused = np.delete(fused, k_mul, axis=0)
+    cf = _load(ct, code=fused)
+    assert "AXPY_VV(" in cf.disassemble() and len(cf) == len(ct) - 1
+    rng = np.random.default_rng(3)
+    points = [rng.standard_normal(12), SPECIAL, SPECIAL[::-1].copy(), np.roll(SPECIAL, 5)]
+    for x in points:
+        for replay in ("value_and_gradient", "forward"):
+            assert _bits(getattr(cf, replay)(x)) == _bits(getattr(ct, replay)(x))
+        for v in (np.ones(12), SPECIAL, rng.standard_normal(12)):
+            assert _bits(cf.jvp(x, v)) == _bits(ct.jvp(x, v))
+
+
+def test_batched_replay_of_scalar_axpy_code_runs_axpy_vv():
+    def f(x):
+        s = x[0]
+        for i in range(1, len(x)):
+            s = s + x[i - 1] * x[i]                   # AXPY in the scalar program
+        return s
+
+    ct = rt.compile(rt.GradientTape(f, np.ones(6)))
+    assert "AXPY(" in ct.disassemble()
+    rng = np.random.default_rng(4)
+    X = np.vstack([rng.standard_normal((70, 6)), SPECIAL[:6], SPECIAL[6:], -SPECIAL[:6]])
+    v, g = ct.batch_value_and_gradient(X)
+    assert ct._wide and any(isa.instr(w & isa.OPCODE_MASK).name == "AXPY_VV"
+                            for w, *_ in ct._wide[0])
+    rows = [ct.value_and_gradient(x) for x in X]
+    assert _bits(v) == _bits([r[0] for r in rows])
+    assert _bits(g) == _bits(np.array([r[1] for r in rows]))
