@@ -19,18 +19,9 @@
  *         `out` unless said otherwise):
  *   UNARY         out[n] = F(a[n])
  *   BINARY _VV    out[n] = F(a[n], b[n]);  _VS: b is one scalar;  _SV: a is one scalar
- *   WHERE _VV/_VS/_SV  out[n] = a[n] != 0 ? b : c   (a = condition, never differentiated;
- *                 _VS: c is a scalar, _SV: b is a scalar)
- *   CLIP          out[n] = min(max(a[n], b[0]), c[0])   (b, c: scalar bounds, constants)
- *   REDUCE_*      n segments: out[s] = reduce(a[s*b .. s*b+b))   (b = segment length)
- *   GATHER        out[k] = a[ints[c+k]]           k < n, a has b elements
- *   SCATTER_ADD   out[0..b) = 0; out[ints[c+k]] += a[k]      k < n (n = len(a))
- *   SCATTER       out[ints[c+k]] = a[k]           k < n (n = len(a)), out has b elements
- *   MATMUL        ints[c..c+3) = (M, K, N); out[M*N] = a[M*K] @ b[K*N], n = M*N
- *   AXPY          out[n] = a[n] + b[0]*c[n]   (the product rounded first, as MUL then ADD)
- *   SQDIFF        out[n] = (a[n] - b[n])^2    (the difference rounded first, as SUB then SQUARE)
- *   CSUM          out[1] = a[0] +/- n scalar terms, added left to right; ints[c+k] = e:
- *                 e >= 0 adds vals[e], e < 0 subtracts vals[~e] (n >= 1)
+ *   the others    (selections, reductions, index maps, MATMUL, the fused and the
+ *                 linear-algebra instructions): described at their homes in
+ *                 csrc/instr/ and linalg.h, next to their kernels
  *   GUARD_*       n = expected result (0 or 1), out = guard number (not an offset),
  *                 a, b: scalar operands.  Forward stops at the first guard whose
  *                 predicate differs from n.
