@@ -34,7 +34,6 @@
 #endif
 
 #include <math.h>
-#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels.h"
@@ -423,47 +422,3 @@ RT_UNARY(KT_UNARY_)
     KT_BINARY1_(NAME, VS, xa[i], yb[0], tav[i], tbv[0], DX, DY)               \
     KT_BINARY1_(NAME, SV, xa[0], yb[i], tav[0], tbv[i], DX, DY)
 RT_BINARY(KT_BINARY_)
-
-/* ------------------------------------------------------------------ AXPY_VV
- * out = a + b*c over n elements (csrc/instr/fused.h): the product rounded
- * first, as MUL_VV then ADD_VV.  Reverse in three passes (a's adjoint, then
- * b's, then c's), each slot receiving its terms in the pair's order when the
- * regions coincide or are disjoint, as in the wide programs that use it. */
-RT_KCLONES static void rt_kxf(int64_t n, double *restrict out, const double *restrict xa,
-                              const double *restrict xb, const double *restrict xc)
-{
-    int64_t i;
-    for (i = 0; i < n; i++) {
-        const double prod = xb[i] * xc[i];
-        out[i] = xa[i] + prod;
-    }
-}
-
-void rt_kf_AXPY_VV(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c)
-{
-    rt_kxf(n, v + o, v + a, v + b, v + c);
-}
-
-/* dd[i] += the pair's term: ADD's AZ(g, 1.0) (y == NULL), or MUL's
- * AZ(gp, y[i]) with gp = 0.0 + AZ(g, 1.0), the product's adjoint */
-RT_KCLONES static void rt_kxr(int64_t n, double *restrict dd, const double *restrict go,
-                              const double *restrict y)
-{
-    int64_t i;
-    if (y == NULL)
-        for (i = 0; i < n; i++)
-            dd[i] += RT_AZ(go[i], 1.0);
-    else
-        for (i = 0; i < n; i++) {
-            const double gp = 0.0 + RT_AZ(go[i], 1.0);
-            dd[i] += RT_AZ(gp, y[i]);
-        }
-}
-
-void rt_kr_AXPY_VV(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
-                   int64_t b, int64_t c)
-{
-    if (fl & 1) rt_kxr(n, d + a, d + o, NULL);
-    if (fl & 2) rt_kxr(n, d + b, d + o, v + c);
-    if (fl & 4) rt_kxr(n, d + c, d + o, v + b);
-}

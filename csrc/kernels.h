@@ -64,7 +64,7 @@ RT_BINARY(RT_KDECL_TB_)
 #undef RT_KDECL_TB1_
 #undef RT_KDECL_TB_
 
-/* WHERE_VV/VS/SV, CLIP and AXPY_VV: forward and reverse (operands as in csrc/instr/) */
+/* WHERE_VV/VS/SV and CLIP: forward and reverse (operands as in vm.h) */
 #define RT_KDECL_W_(NAME)                                                     \
     void rt_kf_##NAME(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c); \
     void rt_kr_##NAME(uint32_t fl, int64_t n, double *d, const double *v,     \
@@ -73,7 +73,6 @@ RT_KDECL_W_(WHERE_VV)
 RT_KDECL_W_(WHERE_VS)
 RT_KDECL_W_(WHERE_SV)
 RT_KDECL_W_(CLIP)
-RT_KDECL_W_(AXPY_VV)
 #undef RT_KDECL_W_
 
 /* np.sum of x[0..n), bit for bit (REDUCE_SUM's forward, one segment) */

@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "5c41f4342f4fe5f7"
+#define RT_OP_TABLE_HASH "48c2e200aba6d907"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -149,8 +149,7 @@
     X(AXPY) \
     X(SQDIFF) \
     X(CSUM) \
-    X(PYCALL) \
-    X(AXPY_VV)
+    X(PYCALL)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */
 #define RT_UNARY(X) \
@@ -437,8 +436,7 @@ enum {
     X(AXPY, COUNT, N, N, ONE, N, 7, 0, "") \
     X(SQDIFF, COUNT, N, N, N, NONE, 3, 0, "") \
     X(CSUM, COUNT1, ONE, ONE, NONE, INTS, 3, 1, "") \
-    X(PYCALL, COUNT, N, SLOT, LEN, INTS, 1, 1, "operand count") \
-    X(AXPY_VV, COUNT, N, N, N, N, 7, 0, "")
+    X(PYCALL, COUNT, N, SLOT, LEN, INTS, 1, 1, "operand count")
 
 /* Hand-written kernels (csrc/instr/) with derivatives: X(NAME) */
 #define RT_HAND(X) \
@@ -457,8 +455,7 @@ enum {
     X(CLIP) \
     X(AXPY) \
     X(SQDIFF) \
-    X(CSUM) \
-    X(AXPY_VV)
+    X(CSUM)
 
 /* Hand-written kernels without derivatives: X(NAME) */
 #define RT_HAND_ND(X) \

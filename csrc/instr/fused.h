@@ -149,27 +149,3 @@ RT_VERIFY_FN(CSUM)
     }
     return 1;
 }
-
-/* AXPY_VV: out[n] = a[n] + b[n] * c[n], the product rounded first: MUL_VV
- * then ADD_VV in one pass.  Batched replay's wide programs (_wide.py) use it
- * for AXPY, whose b is one scalar per row there.  Bit for bit the pair when
- * the operand regions coincide or are disjoint (as in wide programs: slots
- * are whole lane blocks): per element, the add's reverse before the
- * product's, each through the pair's partials (1.0; c and b) and zero rule.
- * The tangent mirrors the pair's tangent kernels. */
-#define RT_AZ_(g, D) ((g) != 0.0 ? (g) * (D) : -0.0)
-
-RT_FWD(AXPY_VV) { rt_kf_AXPY_VV(n, v, o, a, b, c); }     /* kernels.c: vectorised */
-RT_REV(AXPY_VV) { rt_kr_AXPY_VV(fl, n, d, v, o, a, b, c); }
-
-RT_TAN(AXPY_VV)
-{
-    int64_t i;
-    for (i = 0; i < n; i++) {
-        const double ta = (fl & 1) ? t[a + i] : 0.0, tb = (fl & 2) ? t[b + i] : 0.0;
-        const double tc = (fl & 4) ? t[c + i] : 0.0;
-        const double tp = (0.0 + RT_AZ_(tb, v[c + i])) + RT_AZ_(tc, v[b + i]);
-        t[o + i] = (0.0 + RT_AZ_(ta, 1.0)) + RT_AZ_(tp, 1.0);
-    }
-}
-#undef RT_AZ_

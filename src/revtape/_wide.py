@@ -8,9 +8,9 @@ does B rows and the kernels' inner loops run over the rows: the same VM, the
 same kernels, the same arithmetic per element -- only the layout changes.
 
 Fused scalar superinstructions read one scalar for all elements (AXPY's b)
-or are not elementwise (CSUM): AXPY becomes AXPY_VV (its b one lane per
-row) and CSUM is split back into the ADD/SUB chain it fused, which round
-identically (the fusions were made to be bit-for-bit replacements).  Anything else -- array instructions, guards
+or are not elementwise (CSUM), so they are split back into the MUL/ADD/SUB
+instructions they fused, which round identically (the fusions were made to
+be bit-for-bit replacements).  Anything else -- array instructions, guards
 (a guard is a per-row decision), Python callbacks -- makes a program
 ineligible, and batched replay loops over rows instead.
 """
@@ -24,8 +24,8 @@ _ELEMENTWISE = ({_OPC[op.name.upper()] for op in ops.OPS.values()
                 | {_OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
                    if op.family in (ops.BINARY, ops.BINARY_ND)}
                 | {_OPC["WHERE_VV"], _OPC["SQDIFF"]})
-_ADD, _SUB = _OPC["ADD_VV"], _OPC["SUB_VV"]
-_AXPY, _CSUM, _AXPY_VV = _OPC["AXPY"], _OPC["CSUM"], _OPC["AXPY_VV"]
+_ADD, _SUB, _MUL = _OPC["ADD_VV"], _OPC["SUB_VV"], _OPC["MUL_VV"]
+_AXPY, _CSUM = _OPC["AXPY"], _OPC["CSUM"]
 _MASK = (1 << FLAGS_SHIFT) - 1
 
 
@@ -53,9 +53,12 @@ def scalar_form(code, ints, n_vals):
         if opc in _ELEMENTWISE:
             out.append((word, o, a, b, c))
         elif opc == _AXPY:
-            # out = a + b*c, b one scalar per row: one lane per row here, so
-            # AXPY_VV (MUL then ADD in one instruction, rounded as AXPY is)
-            out.append((_AXPY_VV | (fl << FLAGS_SHIFT), o, a, b, c))
+            # out = a + b*c: MUL then ADD, rounded as AXPY rounds them
+            t = nxt
+            nxt += 1
+            mul_fl = ((fl >> 1) & 1) | (((fl >> 2) & 1) << 1)
+            out.append((_MUL | (mul_fl << FLAGS_SHIFT), t, b, c, 0))
+            out.append((_ADD | (((fl & 1) | ((mul_fl != 0) << 1)) << FLAGS_SHIFT), o, a, t, 0))
         else:
             return None
     return out, nxt

@@ -108,7 +108,6 @@ HAND = {
     "CSUM": dict(n="count1", out="1", a="1", c="ints", flags=3, verify=True, fmt="csum"),
     "PYCALL": dict(kernel="callback", a="slot", b="len", c="ints", verify=True,
                    b_label="operand count", fmt="pycall"),
-    "AXPY_VV": dict(a="n", b="n", c="n", flags=7),
 }
 
 

@@ -865,7 +865,7 @@ BINARY_VARIANTS = ("VV", "VS", "SV")
 # a run of scalar `s = s + t` / `s = s - t` as one instruction (CppAD's
 # cumulative sum: how scalar code adds up its terms).
 VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF", "CSUM",
-             "PYCALL", "AXPY_VV")
+             "PYCALL")
 
 
 def _vm_opcodes():
