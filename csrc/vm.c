@@ -652,6 +652,21 @@ static void rt_zero_adj(const rt_program *p)
         memset(p->adj, 0, (size_t)p->n_vals * sizeof(double));
 }
 
+/* Before a reverse sweep: the constants' adjoints are never written (their
+ * operands' flags are off, and no instruction's output is a constant) nor
+ * read (a sweep reads the adjoints of outputs and the gradient of inputs),
+ * so only the inputs and the intermediates are zeroed -- data arrays such as
+ * a regression's design matrix are most of some arenas. */
+static void rt_zero_adj_rev(const rt_program *p)
+{
+    if (p->n_in > 0)
+        memset(p->adj, 0, (size_t)p->n_in * sizeof(double));
+    if (p->n_vals > p->n_fixed)
+        memset(p->adj + p->n_fixed, 0, (size_t)(p->n_vals - p->n_fixed) * sizeof(double));
+    if (p->out_off >= p->n_in && p->out_off < p->n_fixed)
+        memset(p->adj + p->out_off, 0, (size_t)p->out_len * sizeof(double));   /* a constant output's seed */
+}
+
 static void rt_copy_grad(const rt_program *p, double *g)
 {
     if (p->n_grad > 0)
@@ -710,7 +725,7 @@ int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g)
     if ((st = rt_begin(p, x, p->out_len != 1 || (g == NULL && p->n_grad > 0))) == RT_BUSY)
         return st;
     if (st == RT_OK) {
-        rt_zero_adj(p);
+        rt_zero_adj_rev(p);
         p->adj[p->out_off] = 1.0;
         st = rt_run_reverse(p);
         if (st == RT_OK) {
@@ -732,7 +747,7 @@ int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g
         return st;
     if (st == RT_OK) {
         rt_copy_out(p, y);
-        rt_zero_adj(p);
+        rt_zero_adj_rev(p);
         for (i = 0; i < p->out_len; i++)
             p->adj[p->out_off + i] = w[i];
         st = rt_run_reverse(p);
@@ -754,7 +769,7 @@ int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
         rt_copy_out(p, y);
         /* One forward, then one reverse sweep per output: row i of J. */
         for (i = 0; i < p->out_len; i++) {
-            rt_zero_adj(p);
+            rt_zero_adj_rev(p);
             p->adj[p->out_off + i] = 1.0;
             if ((st = rt_run_reverse(p)) != RT_OK)
                 break;
@@ -855,7 +870,7 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
             memcpy(p->vals, X + r * p->n_in, (size_t)p->n_in * sizeof(double));
         if ((st = rt_run_forward(p)) != RT_OK)
             break;
-        rt_zero_adj(p);
+        rt_zero_adj_rev(p);
         p->adj[p->out_off] = 1.0;
         if ((st = rt_run_reverse(p)) != RT_OK)
             break;

@@ -29,6 +29,8 @@ PROGRAMS = [
     (lambda x: x[0] * 2 if x[1] > 0 else x[0], np.array([1.0, 2.0])),
     (lambda x: np.sum(np.linalg.solve(A, x)) + np.sum(np.any(x > 1)) + np.dot(x, x),
      np.arange(3.0)),
+    (lambda x: np.sum(np.exp(x[:3][[0, 1, 1, 2, 2, 0]] + x[3] * np.linspace(0, 1, 6)))
+     + np.sum((x[:2] - x[2:4]) ** 2), np.arange(1.0, 5.0) * 0.1),
 ]
 
 
@@ -78,7 +80,8 @@ def test_compiled_programs_keep_to_their_rows():
     kernels = {isa.INSTRS[name].kernel for name in seen}
     assert kernels == {"generated", "hand", "linalg", "guard"}
     for name in ("WHERE_VV", "WHERE_VS", "WHERE_SV", "CLIP", "REDUCE_PROD", "REDUCE_ALL",
-                 "GATHER", "SCATTER", "MATMUL", "AXPY", "SQDIFF", "CSUM", "SUB_SV", "DIV_VS"):
+                 "GATHER", "SCATTER", "MATMUL", "AXPY", "SQDIFF", "CSUM", "SUB_SV", "DIV_VS",
+                 "GAXPY", "SSD"):
         assert name in seen, name
 
 

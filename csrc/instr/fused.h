@@ -2,11 +2,13 @@
  * result is used once.  Each rounds exactly as the instructions it replaces
  * and accumulates adjoints in their order, so fusing changes no bit. */
 
-/* AXPY: out[n] = a[n] + b[0] * c[n], the product rounded first (MUL then ADD). */
+/* AXPY: out[n] = a[n] + b[0] * c[n], the product rounded first (MUL then ADD).
+ * Arrays (n > 1) run kernels.c's vectorised loops, scalars the loops here. */
 RT_FWD(AXPY)
 {
     const double s = v[b];
     int64_t i;
+    if (n > 1) { rt_kf_AXPY(n, v, o, a, b, c); return; }
     for (i = 0; i < n; i++) {
         const double prod = s * v[c + i];
         v[o + i] = v[a + i] + prod;
@@ -20,6 +22,7 @@ RT_REV(AXPY)
     const double s = v[b];
     double sb = 0.0;
     int64_t i;
+    if (n > 1) { rt_kr_AXPY(fl, n, d, v, o, a, b, c); return; }
     for (i = 0; i < n; i++) {
         const double g = d[o + i];
         if (g != 0.0) {
@@ -31,16 +34,18 @@ RT_REV(AXPY)
     if (fl & 2) d[b] += sb;
 }
 
+/* MUL's tangent, then ADD's, rounded as the pair's ((0 + t1*d1) + t2*d2, a
+ * zero tangent adding nothing), so a JVP of the fused program has the pair's
+ * bits. */
 RT_TAN(AXPY)
 {
     const double bv = v[b], tb = (fl & 2) ? t[b] : 0.0;
     int64_t i;
     for (i = 0; i < n; i++) {
         const double ta = (fl & 1) ? t[a + i] : 0.0, tc = (fl & 4) ? t[c + i] : 0.0;
-        double r = ta;
-        if (tb != 0.0) r += tb * v[c + i];
-        if (tc != 0.0) r += bv * tc;
-        t[o + i] = r;
+        const double tm = (0.0 + (tb != 0.0 ? tb * v[c + i] : -0.0))
+                          + (tc != 0.0 ? tc * bv : -0.0);
+        t[o + i] = (0.0 + (ta != 0.0 ? ta * 1.0 : -0.0)) + (tm != 0.0 ? tm * 1.0 : -0.0);
     }
 }
 
@@ -48,6 +53,7 @@ RT_TAN(AXPY)
 RT_FWD(SQDIFF)
 {
     int64_t i;
+    if (n > 1) { rt_kf_SQDIFF(n, v, o, a, b); return; }     /* arrays: kernels.c */
     for (i = 0; i < n; i++) {
         const double s = v[a + i] - v[b + i];
         v[o + i] = s * s;
@@ -59,6 +65,7 @@ RT_FWD(SQDIFF)
 RT_REV(SQDIFF)
 {
     int64_t i;
+    if (n > 1) { rt_kr_SQDIFF(fl, n, d, v, o, a, b); return; }
     for (i = 0; i < n; i++) {
         const double g = d[o + i];
         if (g != 0.0) {
@@ -78,6 +85,36 @@ RT_TAN(SQDIFF)
         const double dt = ((fl & 1) ? t[a + i] : 0.0) - ((fl & 2) ? t[b + i] : 0.0);
         t[o + i] = dt != 0.0 ? dt * (2.0 * (v[a + i] - v[b + i])) : 0.0;
     }
+}
+
+/* SSD: out[1] = np.sum((a[n] - b[n])^2), numpy's pairwise order: REDUCE_SUM
+ * of a whole SQDIFF, the squares never stored (kernels.c). */
+RT_FWD(SSD) { rt_kf_SSD(n, v, o, a, b); }
+RT_REV(SSD) { rt_kr_SSD(fl, n, d, v, o, a, b); }
+RT_TAN(SSD) { t[o] = rt_kt_SSD(fl, n, t, v, a, b); }
+
+/* GAXPY: out[k] = a[ints[c+2+k]] + b[0] * z[k], z = vals + ints[c], a has
+ * ints[c+1] elements: GATHER then AXPY (kernels and their ordering argument
+ * in csrc/gaxpy.h; flags 1: a, 2: b, 4: z). */
+RT_FWD(GAXPY) { rt_gaxpy_forward(n, v, ints, o, a, b, c); }
+RT_REV(GAXPY) { rt_gaxpy_reverse(fl, n, d, v, ints, o, a, b, c); }
+RT_TAN(GAXPY) { rt_gaxpy_tangent(fl, n, t, v, ints, o, a, b, c); }
+
+/* The record (z's offset, a's length) and the index map; z is a read
+ * region of n the table cannot name (its offset is in the side table). */
+RT_VERIFY_FN(GAXPY)
+{
+    const rt_program *p = vc->p;
+    const int64_t n = w[1], o = w[2], c = w[5];
+    int64_t zo;
+    if (!rt_vints(vc, "gather-axpy record", c, 2) || !rt_vints(vc, "index map", c + 2, n))
+        return 0;
+    zo = p->ints[c];
+    len->a = p->ints[c + 1];
+    if (len->a < 0)
+        return rt_vfail(vc, "negative input length %lld", (long long)len->a);
+    return rt_vindices(vc, c + 2, n, len->a, "input") && rt_vregion(vc, "operand z", zo, n, 0)
+           && rt_voverlap(vc, "operand z", o, n, zo, n);
 }
 
 /* CSUM (CppAD's cumulative sum): out[1] = a[0] +/- n scalar terms, added

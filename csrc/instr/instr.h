@@ -35,6 +35,7 @@
 #include "../vm.h"
 #include "../verify.h"
 #include "../kernels.h"
+#include "../gaxpy.h"
 
 #define RT_FWD(NAME)                                                          \
     static inline void rt_fwd_##NAME(double *v, const int32_t *ints, int64_t n, \
@@ -51,7 +52,7 @@
     static inline int rt_verify_##NAME(rt_vctx *vc, const int32_t *w, rt_vlens *len)
 
 #include "select.h"      /* WHERE_VV/VS/SV, CLIP */
-#include "fused.h"       /* AXPY, SQDIFF, CSUM */
+#include "fused.h"       /* AXPY, SQDIFF, SSD, GAXPY, CSUM */
 #include "reduce.h"      /* REDUCE_* */
 #include "index.h"       /* GATHER, SCATTER_ADD, SCATTER */
 #include "matmul.h"      /* MATMUL */

@@ -108,6 +108,9 @@ HAND = {
     "CSUM": dict(n="count1", out="1", a="1", c="ints", flags=3, verify=True, fmt="csum"),
     "PYCALL": dict(kernel="callback", a="slot", b="len", c="ints", verify=True,
                    b_label="operand count", fmt="pycall"),
+    "GAXPY": dict(a="custom", b="1", c="ints", flags=7, verify=True,
+                  fmt="@{a}[ints {c2}..], @{b}, @{ints0}"),
+    "SSD": dict(out="1", a="n", b="n", flags=3),
 }
 
 
