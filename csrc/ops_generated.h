@@ -270,4 +270,230 @@ enum {
     RT_NUM_OPS
 };
 
+/* ---- ABI constants: also read by cffi (src/revtape/_build_vm.py) ---- */
+/* Instruction = RT_WORDS int32 words { op, n, out, a, b, c };
+ * op = opcode | (adjoint flags << RT_FLAGS_SHIFT) */
+#define RT_WORDS 6
+#define RT_OPCODE_MASK 0xffff
+#define RT_FLAGS_SHIFT 16
+#define RT_MAX_FLAGS 7
+
+/* Return statuses of every entry point */
+enum {
+    RT_OK = 0,              /* success */
+    RT_GUARD_FAILED = 1,    /* failed_guard holds the guard number */
+    RT_BUSY = 2,            /* another thread is replaying this program */
+    RT_UNVERIFIED = 3,      /* rt_verify has not accepted this program */
+    RT_BADARG = 4,          /* e.g. value_and_grad on a non-scalar output */
+    RT_NONFINITE = 5,       /* reserved: no longer returned (nan/inf are values) */
+    RT_CALLBACK_FAILED = 6, /* a PYCALL callback returned non-zero (the caller holds the error) */
+    RT_BAD_INDEX = 7        /* a GATHER_IDX index value is not an integer in range */
+};
+/* ---- end of ABI constants ---- */
+
+/* What an instruction word holds (isa.py): RT_W_<kind> */
+enum {
+    RT_W_NONE, RT_W_COUNT, RT_W_COUNT1, RT_W_EXPECT, RT_W_N, RT_W_ONE, RT_W_NB, RT_W_B, RT_W_LEN, RT_W_LEN1, RT_W_INTS, RT_W_SLOT, RT_W_GUARD, RT_W_CUSTOM
+};
+
+/* Instruction layouts, one row per opcode in opcode order:
+ * X(NAME, N, OUT, A, B, C, allowed adjoint flags, own verify function, B's name) */
+#define RT_INSTRS(X) \
+    X(NEG, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(COPY, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(EXP, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(LOG, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(LOG1P, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(EXPM1, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(SQRT, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(SQUARE, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(RECIPROCAL, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(SIN, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(COS, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(TAN, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(TANH, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(SINH, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(COSH, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ARCTAN, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ABS, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(GAMMALN, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(DIGAMMA, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(TRIGAMMA, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(EXPIT, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(LOG_EXPIT, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ERF, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ARCSIN, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ARCCOS, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ARCSINH, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ARCCOSH, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ARCTANH, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(SINC, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ERFC, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ERFCX, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(NDTR, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(LOG_NDTR, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(NDTRI, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ERFINV, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(LOGIT, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(I0E, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(I1E, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(ADD_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(ADD_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(ADD_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(SUB_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(SUB_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(SUB_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(MUL_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(MUL_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(MUL_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(DIV_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(DIV_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(DIV_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(POW_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(POW_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(POW_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(MAXIMUM_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(MAXIMUM_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(MAXIMUM_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(MINIMUM_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(MINIMUM_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(MINIMUM_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(LOGADDEXP_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(LOGADDEXP_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(LOGADDEXP_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(XLOGY_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(XLOGY_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(XLOGY_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(ARCTAN2_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(ARCTAN2_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(ARCTAN2_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(XLOG1PY_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(XLOG1PY_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(XLOG1PY_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(BETALN_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(BETALN_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(BETALN_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(GAMMAINC_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(GAMMAINC_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(GAMMAINC_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(GAMMAINCC_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(GAMMAINCC_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(GAMMAINCC_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(AZMUL_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(AZMUL_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(AZMUL_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(LT_VV, COUNT, N, N, N, NONE, 0, 0, "") \
+    X(LT_VS, COUNT, N, N, ONE, NONE, 0, 0, "") \
+    X(LT_SV, COUNT, N, ONE, N, NONE, 0, 0, "") \
+    X(LE_VV, COUNT, N, N, N, NONE, 0, 0, "") \
+    X(LE_VS, COUNT, N, N, ONE, NONE, 0, 0, "") \
+    X(LE_SV, COUNT, N, ONE, N, NONE, 0, 0, "") \
+    X(GT_VV, COUNT, N, N, N, NONE, 0, 0, "") \
+    X(GT_VS, COUNT, N, N, ONE, NONE, 0, 0, "") \
+    X(GT_SV, COUNT, N, ONE, N, NONE, 0, 0, "") \
+    X(GE_VV, COUNT, N, N, N, NONE, 0, 0, "") \
+    X(GE_VS, COUNT, N, N, ONE, NONE, 0, 0, "") \
+    X(GE_SV, COUNT, N, ONE, N, NONE, 0, 0, "") \
+    X(EQ_VV, COUNT, N, N, N, NONE, 0, 0, "") \
+    X(EQ_VS, COUNT, N, N, ONE, NONE, 0, 0, "") \
+    X(EQ_SV, COUNT, N, ONE, N, NONE, 0, 0, "") \
+    X(NE_VV, COUNT, N, N, N, NONE, 0, 0, "") \
+    X(NE_VS, COUNT, N, N, ONE, NONE, 0, 0, "") \
+    X(NE_SV, COUNT, N, ONE, N, NONE, 0, 0, "") \
+    X(LOGICAL_AND_VV, COUNT, N, N, N, NONE, 0, 0, "") \
+    X(LOGICAL_AND_VS, COUNT, N, N, ONE, NONE, 0, 0, "") \
+    X(LOGICAL_AND_SV, COUNT, N, ONE, N, NONE, 0, 0, "") \
+    X(LOGICAL_OR_VV, COUNT, N, N, N, NONE, 0, 0, "") \
+    X(LOGICAL_OR_VS, COUNT, N, N, ONE, NONE, 0, 0, "") \
+    X(LOGICAL_OR_SV, COUNT, N, ONE, N, NONE, 0, 0, "") \
+    X(LOGICAL_NOT, COUNT, N, N, NONE, NONE, 0, 0, "") \
+    X(SIGN, COUNT, N, N, NONE, NONE, 0, 0, "") \
+    X(FLOOR, COUNT, N, N, NONE, NONE, 0, 0, "") \
+    X(CEIL, COUNT, N, N, NONE, NONE, 0, 0, "") \
+    X(STOP_GRADIENT, COUNT, N, N, NONE, NONE, 0, 0, "") \
+    X(WHERE_VV, COUNT, N, N, N, N, 6, 0, "") \
+    X(WHERE_VS, COUNT, N, N, N, ONE, 6, 0, "") \
+    X(WHERE_SV, COUNT, N, N, ONE, N, 6, 0, "") \
+    X(REDUCE_SUM, COUNT, N, NB, LEN, NONE, 1, 0, "segment length") \
+    X(REDUCE_MAX, COUNT, N, NB, LEN1, NONE, 1, 0, "segment length") \
+    X(REDUCE_MIN, COUNT, N, NB, LEN1, NONE, 1, 0, "segment length") \
+    X(REDUCE_PROD, COUNT, N, NB, LEN, NONE, 1, 0, "segment length") \
+    X(REDUCE_LOGSUMEXP, COUNT, N, NB, LEN, NONE, 1, 0, "segment length") \
+    X(REDUCE_ALL, COUNT, N, NB, LEN, NONE, 0, 0, "segment length") \
+    X(REDUCE_ANY, COUNT, N, NB, LEN, NONE, 0, 0, "segment length") \
+    X(CHOLESKY, COUNT, N, CUSTOM, CUSTOM, INTS, 3, 1, "") \
+    X(TRISOLVE, COUNT, N, CUSTOM, CUSTOM, INTS, 3, 1, "") \
+    X(SOLVE, COUNT, N, CUSTOM, CUSTOM, INTS, 3, 1, "") \
+    X(INV, COUNT, N, CUSTOM, CUSTOM, INTS, 3, 1, "") \
+    X(SLOGDET, COUNT, N, CUSTOM, CUSTOM, INTS, 3, 1, "") \
+    X(EIGH, COUNT, N, CUSTOM, CUSTOM, INTS, 3, 1, "") \
+    X(CUMSUM, COUNT, N, CUSTOM, CUSTOM, INTS, 3, 1, "") \
+    X(CUMPROD, COUNT, N, CUSTOM, CUSTOM, INTS, 3, 1, "") \
+    X(GUARD_LT, EXPECT, GUARD, ONE, ONE, NONE, 0, 0, "") \
+    X(GUARD_LE, EXPECT, GUARD, ONE, ONE, NONE, 0, 0, "") \
+    X(GUARD_GT, EXPECT, GUARD, ONE, ONE, NONE, 0, 0, "") \
+    X(GUARD_GE, EXPECT, GUARD, ONE, ONE, NONE, 0, 0, "") \
+    X(GUARD_EQ, EXPECT, GUARD, ONE, ONE, NONE, 0, 0, "") \
+    X(GUARD_NE, EXPECT, GUARD, ONE, ONE, NONE, 0, 0, "") \
+    X(GATHER, COUNT, N, B, LEN, INTS, 1, 1, "input length") \
+    X(SCATTER_ADD, COUNT, B, N, LEN, INTS, 1, 1, "output length") \
+    X(SCATTER, COUNT, B, N, LEN, INTS, 1, 1, "output length") \
+    X(MATMUL, COUNT, N, CUSTOM, CUSTOM, INTS, 3, 1, "") \
+    X(CLIP, COUNT, N, N, ONE, ONE, 1, 0, "") \
+    X(AXPY, COUNT, N, N, ONE, N, 7, 0, "") \
+    X(SQDIFF, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(CSUM, COUNT1, ONE, ONE, NONE, INTS, 3, 1, "") \
+    X(PYCALL, COUNT, N, SLOT, LEN, INTS, 1, 1, "operand count") \
+    X(GAXPY, COUNT, N, CUSTOM, ONE, INTS, 7, 1, "") \
+    X(SSD, COUNT, ONE, N, N, NONE, 3, 0, "") \
+    X(GATHER_IDX, COUNT, N, B, LEN, N, 1, 0, "input length")
+
+/* Hand-written kernels (csrc/instr/) with derivatives: X(NAME) */
+#define RT_HAND(X) \
+    X(WHERE_VV) \
+    X(WHERE_VS) \
+    X(WHERE_SV) \
+    X(REDUCE_SUM) \
+    X(REDUCE_MAX) \
+    X(REDUCE_MIN) \
+    X(REDUCE_PROD) \
+    X(REDUCE_LOGSUMEXP) \
+    X(GATHER) \
+    X(SCATTER_ADD) \
+    X(SCATTER) \
+    X(MATMUL) \
+    X(CLIP) \
+    X(AXPY) \
+    X(SQDIFF) \
+    X(CSUM) \
+    X(GAXPY) \
+    X(SSD)
+
+/* Hand-written kernels without derivatives: X(NAME) */
+#define RT_HAND_ND(X) \
+    X(REDUCE_ALL) \
+    X(REDUCE_ANY)
+
+/* Hand-written kernels that return a status (data checked per sweep): X(NAME) */
+#define RT_CHECKED(X) \
+    X(GATHER_IDX)
+
+/* Own verify functions: X(NAME, rt_verify_ suffix) */
+#define RT_VERIFY(X) \
+    X(CHOLESKY, LINALG) \
+    X(TRISOLVE, LINALG) \
+    X(SOLVE, LINALG) \
+    X(INV, LINALG) \
+    X(SLOGDET, LINALG) \
+    X(EIGH, LINALG) \
+    X(CUMSUM, LINALG) \
+    X(CUMPROD, LINALG) \
+    X(GATHER, GATHER) \
+    X(SCATTER_ADD, SCATTER_ADD) \
+    X(SCATTER, SCATTER) \
+    X(MATMUL, MATMUL) \
+    X(CSUM, CSUM) \
+    X(PYCALL, PYCALL) \
+    X(GAXPY, GAXPY)
+
 #endif

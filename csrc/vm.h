@@ -11,30 +11,17 @@
  * enforces it), so replays cannot corrupt the constant pool.
  *
  * Instruction = RT_WORDS int32 words: { op, n, out, a, b, c }
- *   op  = opcode | (adjoint flags << 16); flag 1: a needs an adjoint,
- *         2: b needs one, 4: c needs one.  flags == 0: no reverse work at all.
- *   Operand lengths per opcode family (n is the element count of `out`
- *   unless said otherwise):
+ *   op  = opcode | (adjoint flags << RT_FLAGS_SHIFT); flag 1: a needs an
+ *         adjoint, 2: b needs one, 4: c needs one.  flags == 0: no reverse
+ *         work at all.  Which flags an opcode may carry, and what each word
+ *         holds, is its row in ops_generated.h's RT_INSTRS (src/revtape/isa.py),
+ *         which the verifier checks.  In words (n is the element count of
+ *         `out` unless said otherwise):
  *   UNARY         out[n] = F(a[n])
  *   BINARY _VV    out[n] = F(a[n], b[n]);  _VS: b is one scalar;  _SV: a is one scalar
- *   WHERE _VV/_VS/_SV  out[n] = a[n] != 0 ? b : c   (a = condition, never differentiated;
- *                 _VS: c is a scalar, _SV: b is a scalar)
- *   CLIP          out[n] = min(max(a[n], b[0]), c[0])   (b, c: scalar bounds, constants)
- *   REDUCE_*      n segments: out[s] = reduce(a[s*b .. s*b+b))   (b = segment length)
- *   GATHER        out[k] = a[ints[c+k]]           k < n, a has b elements
- *   GATHER_IDX    out[k] = a[(int64)vals[c+k]]    k < n, a has b elements; the indices
- *                 are data (checked on every sweep: RT_BAD_INDEX; gather_idx.h)
- *   SCATTER_ADD   out[0..b) = 0; out[ints[c+k]] += a[k]      k < n (n = len(a))
- *   SCATTER       out[ints[c+k]] = a[k]           k < n (n = len(a)), out has b elements
- *   MATMUL        ints[c..c+3) = (M, K, N); out[M*N] = a[M*K] @ b[K*N], n = M*N
- *   AXPY          out[n] = a[n] + b[0]*c[n]   (the product rounded first, as MUL then ADD)
- *   SQDIFF        out[n] = (a[n] - b[n])^2    (the difference rounded first, as SUB then SQUARE)
- *   GAXPY         out[n] = a[ints[c+2+k]] + b[0]*z[k],  z = vals + ints[c], a has ints[c+1]
- *                 elements (GATHER then AXPY; flags 1: a, 2: b, 4: z; csrc/gaxpy.h)
- *   SSD           out[1] = np.sum((a[n] - b[n])^2), numpy's pairwise order (REDUCE_SUM
- *                 of a whole SQDIFF)
- *   CSUM          out[1] = a[0] +/- n scalar terms, added left to right; ints[c+k] = e:
- *                 e >= 0 adds vals[e], e < 0 subtracts vals[~e] (n >= 1)
+ *   the others    (selections, reductions, index maps, MATMUL, the fused and the
+ *                 linear-algebra instructions): described at their homes in
+ *                 csrc/instr/ and linalg.h, next to their kernels
  *   GUARD_*       n = expected result (0 or 1), out = guard number (not an offset),
  *                 a, b: scalar operands.  Forward stops at the first guard whose
  *                 predicate differs from n.
@@ -51,20 +38,11 @@
 
 #include <stdint.h>
 
-#define RT_WORDS 6
-#define RT_OPCODE_MASK 0xffff
-#define RT_FLAGS_SHIFT 16
-
-enum {
-    RT_OK = 0,
-    RT_GUARD_FAILED = 1,   /* failed_guard holds the guard number */
-    RT_BUSY = 2,           /* another thread is replaying this program */
-    RT_UNVERIFIED = 3,     /* rt_verify has not accepted this program */
-    RT_BADARG = 4,         /* e.g. value_and_grad on a non-scalar output */
-    RT_NONFINITE = 5,      /* reserved: no longer returned (nan/inf are values) */
-    RT_CALLBACK_FAILED = 6, /* a PYCALL callback returned non-zero (the caller holds the error) */
-    RT_BAD_INDEX = 7       /* a GATHER_IDX index value is not an integer in range */
-};
+/* RT_WORDS, RT_OPCODE_MASK, RT_FLAGS_SHIFT and the statuses RT_OK,
+ * RT_GUARD_FAILED (failed_guard holds the guard number), RT_BUSY,
+ * RT_UNVERIFIED, RT_BADARG, RT_NONFINITE (reserved), RT_CALLBACK_FAILED are
+ * generated from src/revtape/isa.py, like each opcode's operand layout. */
+#include "ops_generated.h"
 
 enum { RT_CB_FORWARD = 0, RT_CB_REVERSE = 1, RT_CB_TANGENT = 2 };
 

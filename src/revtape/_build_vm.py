@@ -30,7 +30,16 @@ def _cdef_from_header(text):
     return "\n".join(keep)
 
 
+def _abi_block():
+    """The word layout and statuses of ops_generated.h (generated from isa.py):
+    the block between its ABI markers is plain cdef-able C."""
+    text = (CSRC / "ops_generated.h").read_text()
+    begin = "/* ---- ABI constants"
+    return _cdef_from_header(text[text.index(begin):text.index("/* ---- end of ABI constants")])
+
+
 ffibuilder = FFI()
+ffibuilder.cdef(_abi_block())
 ffibuilder.cdef("\n".join(_cdef_from_header((CSRC / h).read_text()) for h in HEADERS))
 # The one function the VM calls back into: cffi generates it (API mode) and it
 # re-acquires the GIL around the Python handler registered with
@@ -42,6 +51,8 @@ ffibuilder.set_source(
     # setuptools insists on paths relative to setup.py's directory
     sources=[os.path.relpath(CSRC / s) for s in SOURCES],
     include_dirs=[os.path.relpath(CSRC)],
+    # a header-only change (csrc/instr/*.h, ops_generated.h) rebuilds too
+    depends=sorted(os.path.relpath(h) for h in CSRC.rglob("*.h")),
     extra_compile_args=["-O2", "-std=c99", "-fno-math-errno", "-D_DEFAULT_SOURCE"],
     libraries=["m"],
 )

@@ -10,7 +10,7 @@ it and fails when the committed copy is out of date.
 import pathlib
 import sys
 
-from . import ops
+from . import isa, ops
 
 
 def _x(rows):
@@ -67,10 +67,70 @@ def render():
         "    RT_NUM_OPS",
         "};",
         "",
+        *_isa_lines(),
         "#endif",
         "",
     ]
     return "\n".join(lines)
+
+
+# isa.py's word kinds as C tokens (RT_W_<token>)
+_W = {"-": "NONE", "count": "COUNT", "count1": "COUNT1", "expect": "EXPECT", "n": "N",
+      "1": "ONE", "n*b": "NB", "b": "B", "len": "LEN", "len1": "LEN1", "ints": "INTS",
+      "slot": "SLOT", "guard": "GUARD", "custom": "CUSTOM"}
+ABI_BEGIN = "/* ---- ABI constants: also read by cffi (src/revtape/_build_vm.py) ---- */"
+ABI_END = "/* ---- end of ABI constants ---- */"
+
+
+def _isa_lines():
+    """The word layout, the statuses and one descriptor row per opcode (isa.py)."""
+    width = max(len(name) for name, _ in isa.STATUSES)
+    hand = [i for i in isa.BY_OPCODE if i.kernel == "hand"]
+    return [
+        ABI_BEGIN,
+        "/* Instruction = RT_WORDS int32 words { op, n, out, a, b, c };",
+        " * op = opcode | (adjoint flags << RT_FLAGS_SHIFT) */",
+        f"#define RT_WORDS {isa.WORDS}",
+        f"#define RT_OPCODE_MASK 0x{isa.OPCODE_MASK:x}",
+        f"#define RT_FLAGS_SHIFT {isa.FLAGS_SHIFT}",
+        f"#define RT_MAX_FLAGS {isa.MAX_FLAGS}",
+        "",
+        "/* Return statuses of every entry point */",
+        "enum {",
+        *[f"    RT_{name} = {k}{',' if k + 1 < len(isa.STATUSES) else ' '}"
+          f"{' ' * (width - len(name))} /* {doc} */" for k, (name, doc) in enumerate(isa.STATUSES)],
+        "};",
+        ABI_END,
+        "",
+        "/* What an instruction word holds (isa.py): RT_W_<kind> */",
+        "enum {",
+        "    " + ", ".join(f"RT_W_{t}" for t in dict.fromkeys(_W.values())),
+        "};",
+        "",
+        "/* Instruction layouts, one row per opcode in opcode order:",
+        " * X(NAME, N, OUT, A, B, C, allowed adjoint flags, own verify function, B's name) */",
+        "#define RT_INSTRS(X) \\",
+        _x([f"X({i.name}, {_W[i.n]}, {_W[i.out]}, {_W[i.a]}, {_W[i.b]}, {_W[i.c]}, "
+            f"{i.flags}, {int(i.verify)}, \"{i.b_label}\")" for i in isa.BY_OPCODE]),
+        "",
+        "/* Hand-written kernels (csrc/instr/) with derivatives: X(NAME) */",
+        "#define RT_HAND(X) \\",
+        _x([f"X({i.name})" for i in hand if i.differentiable]),
+        "",
+        "/* Hand-written kernels without derivatives: X(NAME) */",
+        "#define RT_HAND_ND(X) \\",
+        _x([f"X({i.name})" for i in hand if not i.differentiable]),
+        "",
+        "/* Hand-written kernels that return a status (data checked per sweep): X(NAME) */",
+        "#define RT_CHECKED(X) \\",
+        _x([f"X({i.name})" for i in isa.BY_OPCODE if i.kernel == "checked"]),
+        "",
+        "/* Own verify functions: X(NAME, rt_verify_ suffix) */",
+        "#define RT_VERIFY(X) \\",
+        _x([f"X({i.name}, {'LINALG' if i.kernel == 'linalg' else i.name})"
+            for i in isa.BY_OPCODE if i.verify]),
+        "",
+    ]
 
 
 def header_path():

@@ -37,6 +37,7 @@ except ImportError as e:  # pragma: no cover - only without a built extension
                       "`pip install -e .` (it needs a C compiler)") from e
 
 from . import _wide
+from . import isa
 from . import ops
 from . import primitives as _prim
 
@@ -46,9 +47,9 @@ if ffi.string(lib.rt_op_table_hash()).decode() != ops.OP_TABLE_HASH:  # pragma: 
     raise BuildMismatchError("the built C extension comes from another op table; rebuild it "
                              "with `pip install -e .`")
 
-RT_OK, RT_GUARD_FAILED, RT_BUSY, RT_UNVERIFIED, RT_BADARG, RT_NONFINITE = 0, 1, 2, 3, 4, 5
-RT_CALLBACK_FAILED = 6
-RT_BAD_INDEX = 7
+# The VM's statuses as the extension defines them (generated from isa.STATUSES).
+(RT_OK, RT_GUARD_FAILED, RT_BUSY, RT_UNVERIFIED, RT_BADARG, RT_NONFINITE, RT_CALLBACK_FAILED,
+ RT_BAD_INDEX) = (getattr(lib, "RT_" + _name) for _name, _ in isa.STATUSES)
 _F64 = np.dtype(np.float64)
 _ND = np.ndarray
 _empty = np.empty
@@ -99,7 +100,7 @@ class CompiledTape:
         # and the int table live in private bytes objects from here on, so
         # nothing (not even setflags(write=True) on ctape._code) can change
         # what C runs after it was checked.
-        self._code = _frozen(prog.code, np.int32).reshape(-1, compiler.WORDS)
+        self._code = _frozen(prog.code, np.int32).reshape(-1, isa.WORDS)
         self._ints = _frozen(prog.ints, np.int32)
         # A private copy with immutable fields: every buffer handed to C is
         # sized from it, so changing ctape.program afterwards (it returns a
@@ -199,38 +200,41 @@ class CompiledTape:
                  f"(inputs [0,{prog.n_in}), constants [{prog.n_in},{prog.n_fixed})), "
                  f"output @{prog.out_off}[{prog.out_len}]"]
         for k, (op, n, out, a, b, c) in enumerate(self._code.tolist()):
-            name = ops.VM_OPCODES[op & 0xFFFF]
-            flags = op >> compiler.FLAGS_SHIFT
-            if name.startswith("GUARD_"):
+            ins = isa.instr(op & isa.OPCODE_MASK)
+            name = ins.name
+            flags = op >> isa.FLAGS_SHIFT
+            if ins.fmt == "guard":
                 params = prog.guards[out][0]
                 lines.append(f"{k:5d}  {name} @{a}, @{b} expect {bool(n)}   ; "
                              f"{params['where'][0]}:{params['where'][1]}")
                 continue
-            operands = {"GATHER": f"@{a}[ints {c}..]", "SCATTER": f"@{a}[{n}] -> ints {c}..",
-                        "SCATTER_ADD": f"@{a}[{n}] -> ints {c}..",
-                        "MATMUL": f"@{a}, @{b}  {self._ints[c:c + 3].tolist()}",
-                        "CSUM": f"@{a}" + "".join(f" - @{~e}" if e < 0 else f" + @{e}"
-                                                  for e in self._ints[c:c + n].tolist())}.get(
-                name, ", ".join(f"@{v}" for v in (a, b, c)[:_arity(name)]))
-            if name.startswith("REDUCE_"):
-                operands = f"@{a}, segment {b}"
-            if name == "GAXPY":                       # a[idx] + b*z, z's offset in ints[c]
-                operands = f"@{a}[ints {c + 2}..], @{b}, @{self._ints[c]}"
-            if name.lower() in ops.LINALG_OPS:
-                nn, mm, bits, scratch = self._ints[c:c + 4].tolist()
-                operands = (f"@{a}" + (f", @{b}" if name in ("TRISOLVE", "SOLVE") else "")
-                            + f"  N={nn} M={mm}" + (f" flags={bits:03b}" if bits else "")
-                            + f" scratch @{scratch}")
-            if name == "PYCALL":
-                site = prog.callbacks[a]
-                args = self._ints[c:c + 3 * b].reshape(-1, 3).tolist() if b else []
-                operands = f"{site.prim._name}: " + ", ".join(f"@{off}[{size}]"
-                                                              for off, size, _ in args)
-                operands += "  ; calls back into Python"
+            operands = self._operands(ins, n, a, b, c)
             adj = f"  adj {flags:03b}" if flags else ""
-            width = 1 if name in ("CSUM", "SSD") else n   # CSUM's n counts terms, SSD's elements
+            width = 1 if ins.out == "1" else n   # CSUM's n counts terms, SSD's elements
             lines.append(f"{k:5d}  @{out}[{width}] = {name}({operands}){adj}")
         return "\n".join(lines)
+
+    def _operands(self, ins, n, a, b, c):
+        """One instruction's operands in the disassembly, by its isa format."""
+        prog = self._program
+        if ins.fmt == "csum":
+            return f"@{a}" + "".join(f" - @{~e}" if e < 0 else f" + @{e}"
+                                     for e in self._ints[c:c + n].tolist())
+        if ins.fmt == "linalg":
+            nn, mm, bits, scratch = self._ints[c:c + 4].tolist()
+            return (f"@{a}" + (f", @{b}" if ins.name in ("TRISOLVE", "SOLVE") else "")
+                    + f"  N={nn} M={mm}" + (f" flags={bits:03b}" if bits else "")
+                    + f" scratch @{scratch}")
+        if ins.fmt == "pycall":
+            site = prog.callbacks[a]
+            args = self._ints[c:c + 3 * b].reshape(-1, 3).tolist() if b else []
+            return (f"{site.prim._name}: " + ", ".join(f"@{off}[{size}]" for off, size, _ in args)
+                    + "  ; calls back into Python")
+        if ins.fmt:
+            head = self._ints[c:c + 3].tolist() if ins.c == "ints" else []
+            return ins.fmt.format(n=n, a=a, b=b, c=c, c2=c + 2, ints3=head,
+                                  ints0=head[0] if head else None)
+        return ", ".join(f"@{v}" for v in (a, b, c)[:ins.arity])
 
     def __repr__(self):
         return (f"<CompiledTape {len(self)} instructions, {self._program.n_vals} arena values, "
@@ -1042,7 +1046,7 @@ class _WideArena:
         if not ct._wide_arenas:
             # private read-only memory, like the program's own words
             code = _frozen(np.array(_wide.widen(form, B), dtype=np.int32),
-                           np.int32).reshape(-1, compiler.WORDS)
+                           np.int32).reshape(-1, isa.WORDS)
         else:
             code = ct._wide_arenas[0].code             # the words are shared, read-only
         self.code = code
@@ -1146,8 +1150,8 @@ def _check_program(prog, tape, n_grad_inputs, kind, guards_on, pickled):
         a = getattr(prog, name)
         if type(a) is not np.ndarray or a.dtype != dtype or a.ndim != ndim:
             _refuse(f"{name} is not a {ndim}-d {np.dtype(dtype)} array")
-    if prog.code.shape[1] != compiler.WORDS:
-        _refuse(f"code has {prog.code.shape[1]} words per instruction, not {compiler.WORDS}")
+    if prog.code.shape[1] != isa.WORDS:
+        _refuse(f"code has {prog.code.shape[1]} words per instruction, not {isa.WORDS}")
     if prog.consts.shape[0] != prog.n_fixed - prog.n_in:
         _refuse(f"{prog.consts.shape[0]} constants for a constant pool of "
                 f"{prog.n_fixed - prog.n_in}")
@@ -1302,14 +1306,6 @@ def _kind_of(tape):
 def _grad_shapes(prog, n_grad_inputs):
     n = len(prog.inputs) if n_grad_inputs is None else n_grad_inputs
     return [shape for _, shape, _ in prog.inputs[:n]]
-
-
-def _arity(name):
-    if name.startswith("WHERE") or name in ("CLIP", "AXPY"):
-        return 3
-    if name.endswith(("_VV", "_VS", "_SV")) or name in ("SQDIFF", "SSD"):
-        return 2
-    return 1
 
 
 __all__ = ["CompiledTape"]

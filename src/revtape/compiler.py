@@ -27,10 +27,9 @@ import numpy as np
 
 from . import ops
 from .errors import UnsupportedError
+from .isa import FLAGS_SHIFT, WORDS   # the word layout (isa.py, generated into vm.h's ABI)
 
 FORMAT_VERSION = 1
-WORDS = 6
-FLAGS_SHIFT = 16
 OPC = ops.OPCODE
 _GUARD = ops.OPS["guard"]
 _ADD, _MUL, _SUB, _SQUARE = (ops.OPS[n] for n in ("add", "mul", "sub", "square"))

@@ -674,7 +674,7 @@ _def("scatter_add", STRUCT, _quiet(_scatter_add_fwd),
 # take_idx: a gather whose flat indices are a value on the tape (a data input
 # holding whole numbers as float64), not a constant -- minibatch indices that
 # rt.grad draws afresh on every replay (_draws.py).  The C kernel checks each
-# index on every sweep (GATHER_IDX, csrc/gather_idx.h); so does the forward.
+# index on every sweep (GATHER_IDX, csrc/instr/index.h); so does the forward.
 
 
 def _take_idx_fwd(x, idx):
@@ -977,7 +977,7 @@ VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDI
              # like numpy, the squares never stored
              "SSD",
              # GATHER_IDX = a[(int)v[c+k]]: a gather whose indices are data
-             # (minibatch indices drawn afresh per replay; gather_idx.h)
+             # (minibatch indices drawn afresh per replay; csrc/instr/index.h)
              "GATHER_IDX")
 
 

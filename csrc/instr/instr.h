@@ -1,0 +1,76 @@
+/* The hand-written instructions of the VM: one home per instruction.
+ *
+ * Each instruction that is not generated from an op row's C expressions has
+ * one section in one family file below, holding all of it:
+ *
+ *   RT_FWD(NAME)     forward:  out from the operands (vals arena v)
+ *   RT_REV(NAME)     reverse:  accumulate (+=) the operands' adjoints in d
+ *                    from the output's, for the operands whose flag is set
+ *   RT_TAN(NAME)     tangent:  t[out] from the operands' tangents (the same
+ *                    partials as the reverse; flags as in the reverse)
+ *   RT_VERIFY_FN(NAME)  only if its isa.py row says verify=True: the checks
+ *                    the descriptor table cannot express (index maps,
+ *                    shapes, term lists); it may set the operand lengths
+ *                    the table marks `custom`.
+ *
+ * The sweeps in vm.c dispatch to these through the generated lists
+ * (RT_HAND, RT_HAND_ND, RT_VERIFY in ops_generated.h): adding an instruction
+ * adds no line to vm.c.  Arguments are the instruction's words; the functions
+ * are static inline and each is called once, so they compile to the code a
+ * case written inside the sweep would.  They trust what the verifier checked:
+ * no bounds checks of their own.
+ *
+ * Rules every kernel keeps (see vm.c's header): no allocation, no globals;
+ * operand adjoints are accumulated, never assigned (operands may alias); an
+ * exactly-zero adjoint or tangent contributes nothing even through an
+ * inf/nan partial (CppAD's azmul), except where a comment says otherwise.
+ * Internal to the extension.
+ */
+#ifndef REVTAPE_INSTR_H
+#define REVTAPE_INSTR_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "../vm.h"
+#include "../verify.h"
+#include "../kernels.h"
+#include "../gaxpy.h"
+
+#define RT_FWD(NAME)                                                          \
+    static inline void rt_fwd_##NAME(double *v, const int32_t *ints, int64_t n, \
+                                     int64_t o, int64_t a, int64_t b, int64_t c)
+#define RT_REV(NAME)                                                          \
+    static inline void rt_rev_##NAME(uint32_t fl, const double *v, double *d, \
+                                     const int32_t *ints, int64_t n, int64_t o, \
+                                     int64_t a, int64_t b, int64_t c)
+#define RT_TAN(NAME)                                                          \
+    static inline void rt_tan_##NAME(uint32_t fl, const double *v, double *t, \
+                                     const int32_t *ints, int64_t n, int64_t o, \
+                                     int64_t a, int64_t b, int64_t c)
+/* Kernels of isa.py's "checked" instructions check data the verifier cannot
+ * see (it arrives with each replay) and return RT_OK or the status that
+ * stops the sweep. */
+#define RT_FWD_CHECKED(NAME)                                                  \
+    static inline int rt_fwd_##NAME(double *v, const int32_t *ints, int64_t n, \
+                                    int64_t o, int64_t a, int64_t b, int64_t c)
+#define RT_REV_CHECKED(NAME)                                                  \
+    static inline int rt_rev_##NAME(uint32_t fl, const double *v, double *d,  \
+                                    const int32_t *ints, int64_t n, int64_t o, \
+                                    int64_t a, int64_t b, int64_t c)
+#define RT_TAN_CHECKED(NAME)                                                  \
+    static inline int rt_tan_##NAME(uint32_t fl, const double *v, double *t,  \
+                                    const int32_t *ints, int64_t n, int64_t o, \
+                                    int64_t a, int64_t b, int64_t c)
+#define RT_VERIFY_FN(NAME)                                                    \
+    static inline int rt_verify_##NAME(rt_vctx *vc, const int32_t *w, rt_vlens *len)
+
+#include "select.h"      /* WHERE_VV/VS/SV, CLIP */
+#include "fused.h"       /* AXPY, SQDIFF, SSD, GAXPY, CSUM */
+#include "reduce.h"      /* REDUCE_* */
+#include "index.h"       /* GATHER, GATHER_IDX, SCATTER_ADD, SCATTER */
+#include "matmul.h"      /* MATMUL */
+#include "linalg_ops.h"  /* the linalg.c family's verify */
+#include "pycall.h"      /* PYCALL: calls back into Python */
+
+#endif
