@@ -542,6 +542,18 @@ class CompiledTape:
             n_in = self._program.n_in
             if not self._batch_lock.acquire(blocking=False):
                 self._status(RT_BUSY)
+            if n == 1:                      # no lists, no closure: ~2 us less a call
+                try:
+                    arena = self._wide_arena(0)
+                    xp = ffi.from_buffer("double[]", X)
+                    row = ffi.new("int64_t *")
+                    st = arena.run(self, 1, k, xp, ffi.from_buffer("double[]", values),
+                                   ffi.from_buffer("double[]", out), row)
+                finally:
+                    self._batch_lock.release()
+                if st != RT_OK:
+                    self._batch_error(st, arena, row[0], xp + row[0] * n_in)
+                return values, out
             try:
                 arenas = [self._wide_arena(j) for j in range(n)]
                 xp, vp, gp = (ffi.from_buffer("double[]", a) for a in (X, values, out))
@@ -550,15 +562,13 @@ class CompiledTape:
                 run = lambda j: arenas[j].run(self, 1, bounds[j + 1] - bounds[j],
                                               xp + bounds[j] * n_in, vp + bounds[j],
                                               gp + bounds[j] * n_in, rows[j])
-                if n == 1:
-                    statuses = [run(0)]
-                else:                       # the caller takes the last chunk
-                    futures = [_executor(n - 1).submit(run, j) for j in range(n - 1)]
-                    try:
-                        last = run(n - 1)
-                    finally:
-                        statuses = [f.result() for f in futures]
-                    statuses.append(last)
+                # the caller takes the last chunk
+                futures = [_executor(n - 1).submit(run, j) for j in range(n - 1)]
+                try:
+                    last = run(n - 1)
+                finally:
+                    statuses = [f.result() for f in futures]
+                statuses.append(last)
             finally:
                 self._batch_lock.release()
             for j, st in enumerate(statuses):
