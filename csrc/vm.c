@@ -36,6 +36,7 @@
 #include "linalg.h"
 #include "verify.h"
 #include "instr/instr.h"
+#include "batch.h"
 
 /* ------------------------------------------------------------------ dispatch
  * Lua-style dispatch macros.  With GCC/Clang each kernel ends in its own
@@ -936,48 +937,32 @@ int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64
     return rt_release(p, st);
 }
 
-int rt_batch_wide(rt_program *pw, int64_t B, int64_t n_in, int64_t n_grad, int64_t out_off,
-                  int32_t with_grad, int64_t k, const double *X, double *values, double *G,
-                  int64_t *row)
+int rt_batch_soa(rt_program *pw, int64_t n_in, int64_t n_grad, int64_t out_off,
+                 int32_t with_grad, const uint8_t *first, const int32_t *zero, int64_t n_zero,
+                 int64_t k, const double *X, double *values, double *G, int64_t *row)
 {
+    const int64_t B = RT_SOA_LANES;
     int st;
-    int64_t r0 = 0, r, s, m;
     if (pw == NULL)
         return RT_BADARG;
     /* the scalar layout must be the wide one's, lane for lane: then every
-     * index below lies inside regions the verifier checked */
+     * index batch.c computes lies inside regions the verifier checked */
     st = rt_batch_begin(pw, k, X, row,
-                        B < 1 || n_in < 0 || n_grad < 0 || n_grad > n_in || out_off < 0
+                        n_in < 0 || n_grad < 0 || n_grad > n_in || out_off < 0
                         || n_in > INT64_MAX / B || out_off > INT64_MAX / B
                         || pw->n_in != n_in * B || pw->n_grad != n_grad * B
                         || pw->out_off != out_off * B || pw->out_len != B
                         || (k > 0 && values == NULL)
-                        || (with_grad && k > 0 && n_grad > 0 && G == NULL));
+                        || (with_grad && k > 0 && n_grad > 0 && G == NULL)
+                        || (with_grad && pw->n_instr > 0 && first == NULL));
     if (st == RT_BUSY)
         return st;
-    for (; st == RT_OK && r0 < k; r0 += B) {
-        double *const v = pw->vals, *const d = pw->adj;
-        m = k - r0 < B ? k - r0 : B;
-        for (s = 0; s < n_in; s++)
-            for (r = 0; r < B; r++)
-                v[s * B + r] = X[(r0 + (r < m ? r : 0)) * n_in + s];
-        if ((st = rt_run_forward(pw)) != RT_OK)
-            break;
-        if (with_grad) {
-            rt_zero_adj(pw);
-            for (r = 0; r < B; r++)
-                d[out_off * B + r] = 1.0;
-            if ((st = rt_run_reverse(pw)) != RT_OK)
-                break;
-            for (r = 0; r < m; r++)
-                for (s = 0; s < n_grad; s++)
-                    G[(r0 + r) * n_grad + s] = d[s * B + r];
-        }
-        for (r = 0; r < m; r++)
-            values[r0 + r] = v[out_off * B + r];
-    }
+    if (st == RT_OK)
+        st = rt_soa_check(pw, zero, n_zero);
+    if (st == RT_OK)
+        rt_soa_run(pw, n_in, n_grad, out_off, with_grad, first, zero, n_zero, k, X, values, G);
     if (row != NULL)
-        *row = r0 < k ? r0 : k;
+        *row = st == RT_OK ? k : 0;
     return rt_release(pw, st);
 }
 

@@ -131,16 +131,22 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
                             double *G, int64_t *row);
 int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64_t *row);
 
-/* Batched replay through a WIDE program (src/revtape/_wide.py): the scalar
- * program with every slot widened to B lanes (slot s -> vals[s*B .. s*B+B))
- * and every instruction n = B, built and verified by the caller, so that one
- * dispatch replays B rows.  n_in, n_grad and out_off are the scalar
- * program's (pw must have n_in*B, n_grad*B, out_off*B and out_len B).  Rows
- * go in B at a time (a short last block repeats its first row in the unused
- * lanes); with_grad = 0 runs the forward sweep only (G unused). */
-int rt_batch_wide(rt_program *pw, int64_t B, int64_t n_in, int64_t n_grad, int64_t out_off,
-                  int32_t with_grad, int64_t k, const double *X, double *values, double *G,
-                  int64_t *row);
+/* Batched replay of a scalar program as array code (csrc/batch.c), through
+ * its WIDE form (src/revtape/_wide.py): the scalar program with every slot
+ * widened to L = RT_SOA_LANES lanes (slot s -> vals[s*L .. s*L+L)) and every
+ * instruction n = L, built and verified by the caller, so that one dispatch
+ * replays L rows.  n_in, n_grad and out_off are the scalar program's (pw
+ * must have n_in*L, n_grad*L, out_off*L and out_len L).  Rows go in L at a
+ * time (a short last block repeats its first row in the unused lanes);
+ * with_grad = 0 runs the forward sweep only (G unused).  `first` (n_instr
+ * bytes) and `zero` (n_zero lane offsets) tell the reverse sweep which
+ * adjoint contributions are a slot's first and which slots to zero
+ * (csrc/batch.h).  Bit for bit the rows' single replays.  RT_BADARG if pw
+ * has an instruction batch.c does not run, or a zero entry is outside it. */
+#define RT_SOA_LANES 24
+int rt_batch_soa(rt_program *pw, int64_t n_in, int64_t n_grad, int64_t out_off,
+                 int32_t with_grad, const uint8_t *first, const int32_t *zero, int64_t n_zero,
+                 int64_t k, const double *X, double *values, double *G, int64_t *row);
 
 /* The native tier (src/revtape/native.py): an entry point of a generated
  * library (rtn_value_and_grad: x, value, g; rtn_forward: x, y, unused), same

@@ -264,3 +264,76 @@ def test_one_batch_at_a_time_per_compiled_tape():
     assert len(errors) == 2
     v, g = ctape.batch_value_and_gradient(np.ones((3, 2)))
     assert np.array_equal(v, [4.0, 4.0, 4.0])
+
+
+# ------------------------------------------------ batched replay as array code (csrc/batch.c)
+
+def _scalar_mix(x):
+    # x * x (one slot, both adjoints), SQDIFF of one slot, a constant divided by
+    # a point (DIV_SV), a point times a constant (MUL_VS), an unused input (its
+    # gradient slot is zeroed, not assigned), a comparison mask, special functions
+    t = x[0] * x[0] + x[1] / x[2] - 3.0 / x[0] + np.tanh(x[1]) * 2.0
+    t = t + (x[0] - x[0]) ** 2 + (x[1] - x[2]) ** 2 + np.log1p(np.exp(-x[1] * x[1]))
+    return t + np.maximum(x[0], 1.0) * np.sqrt(np.abs(x[2])) + rt.special.expit(x[0] / 7.0)
+
+
+@pytest.mark.parametrize("f,n", [
+    (_scalar_mix, 4),
+    (lambda x: x[1], 3),                              # the output is an input
+    (lambda x: x[0] * 0.0 + x[1] * x[1], 2),          # exactly-zero adjoints
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_array_code_rows_are_the_bits_of_single_replays_at_odd_points(f, n, threads):
+    ctape = rt.compile(rt.GradientTape(f, np.linspace(0.5, 1.5, n)))
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(203, n))
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-300, 1e300, -1.0]
+    for r, s in enumerate(specials * 3):
+        X[5 + 7 * r, r % n] = s                        # in full blocks and the short last one
+    v_rows, g_rows = _rows(ctape, X)
+    v, g = ctape.batch_value_and_gradient(X, threads=threads)
+    assert ctape._wide
+    assert _bits(v) == _bits(v_rows) and _bits(g) == _bits(g_rows)
+    assert _bits(ctape.batch_forward(X, threads=threads)) == _bits(v_rows)
+    out = np.empty_like(X)
+    assert ctape.batch_value_and_gradient(X, out=out)[1] is out and _bits(out) == _bits(g_rows)
+    # the reverse sweep assigns each adjoint slot's first contribution and zeroes
+    # the slots nothing reaches: what the adjoint arena held before is irrelevant
+    for arena in ctape._wide_arenas:
+        arena.adj[:] = np.nan
+    v, g = ctape.batch_value_and_gradient(X, threads=threads)
+    assert _bits(v) == _bits(v_rows) and _bits(g) == _bits(g_rows)
+
+
+def test_array_code_side_tables_are_checked_before_use():
+    from revtape._vm import ffi, lib
+    wl = W.eight_schools()
+    ctape = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    X = np.random.default_rng(12).normal(size=(50, 10))
+    expected = ctape.batch_value_and_gradient(X)
+    arena = ctape._wide_arenas[0]
+    L, prog = lib.RT_SOA_LANES, ctape._program
+    v, G = np.empty(50), np.empty((50, 10))
+    row = ffi.new("int64_t *")
+    args = lambda zero, nz: (arena.p, prog.n_in, prog.n_grad, prog.out_off, 1, arena.first_p,
+                             zero, nz, 50, ffi.from_buffer("double[]", X),
+                             ffi.from_buffer("double[]", v), ffi.from_buffer("double[]", G), row)
+    for bad in ([-L], [1], [arena.p.n_vals]):          # outside the arena, not lane-aligned
+        zero = ffi.new("int32_t[]", bad)
+        assert lib.rt_batch_soa(*args(zero, 1)) == lib.RT_BADARG
+    assert lib.rt_batch_soa(*args(ffi.NULL, 1)) == lib.RT_BADARG
+    assert lib.rt_batch_soa(*args(arena.zero_p, arena.zero.size)) == lib.RT_OK
+    assert _bits(v) == _bits(expected[0]) and _bits(G) == _bits(expected[1])
+    # a wide program whose instructions are not L lanes long is refused
+    code = np.array(arena.code).reshape(-1, 6)
+    code[0, 1] = L - 1
+    p = ffi.new("rt_program *", dict(code=ffi.from_buffer("int32_t[]", code), n_instr=len(code),
+                                     ints=arena.p.ints, n_ints=0, vals=arena.p.vals,
+                                     adj=arena.p.adj, n_vals=arena.p.n_vals, n_in=arena.p.n_in,
+                                     n_grad=arena.p.n_grad, n_fixed=arena.p.n_fixed,
+                                     out_off=arena.p.out_off, out_len=arena.p.out_len))
+    assert lib.rt_verify(p, ffi.NULL, 0) == lib.RT_OK
+    assert lib.rt_batch_soa(p, prog.n_in, prog.n_grad, prog.out_off, 1, arena.first_p,
+                            arena.zero_p, arena.zero.size, 50, ffi.from_buffer("double[]", X),
+                            ffi.from_buffer("double[]", v), ffi.from_buffer("double[]", G),
+                            row) == lib.RT_BADARG

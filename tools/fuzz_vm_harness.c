@@ -120,8 +120,21 @@ static void run_all(rt_program *p)
         int64_t row;
         st = rt_batch_value_and_grad(p, k, X, V, G, &row); COUNT(E_BVG, st);
         st = rt_batch_forward(p, k, X, Y, &row); COUNT(E_BFWD, st);
-        st = rt_batch_wide(p, 1, n_in, n_grad, p->out_off, (int32_t)below(2), k, X, V, G, &row);
-        COUNT(E_BWIDE, st);
+        {   /* the program as its own wide form: batch.c's checks refuse it
+             * unless every instruction has RT_SOA_LANES elements; random side
+             * tables (first: any bits; zero: offsets that may be bad) */
+            uint8_t *first = (uint8_t *)malloc((size_t)p->n_instr + 1);
+            int32_t zero[2];
+            int64_t i, L = RT_SOA_LANES;
+            for (i = 0; i < p->n_instr; i++)
+                first[i] = (uint8_t)below(8);
+            zero[0] = (int32_t)(L * below(p->n_vals / L + 2)) - (int32_t)below(2);
+            zero[1] = (int32_t)below(p->n_vals + 1);
+            st = rt_batch_soa(p, n_in / L, n_grad / L, p->out_off / L, (int32_t)below(2), first,
+                              zero, below(3), k, X, V, G, &row);
+            COUNT(E_BWIDE, st);
+            free(first);
+        }
         free(X); free(V); free(G); free(Y);
     }
     free(x); free(xd); free(w); free(y); free(g); free(val);

@@ -14,7 +14,7 @@ from cffi import FFI
 
 CSRC = pathlib.Path(__file__).resolve().parents[2] / "csrc"
 HEADERS = ["vm.h", "reference.h"]
-SOURCES = ["vm.c", "kernels.c", "specfun.c", "reference.c", "linalg.c"]
+SOURCES = ["vm.c", "kernels.c", "specfun.c", "reference.c", "linalg.c", "batch.c"]
 
 
 def _cdef_from_header(text):

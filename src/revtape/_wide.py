@@ -64,6 +64,63 @@ def scalar_form(code, ints, n_vals):
     return out, nxt
 
 
-def widen(form, B):
-    """Instruction words of the wide program for B lanes."""
-    return [(word, B, o * B, a * B, b * B, c * B) for word, o, a, b, c in form]
+# Batched replay as array code (csrc/batch.c) runs the wide program with two
+# side tables for its reverse sweep; see csrc/batch.h.
+_DIFF_UNARY = {_OPC[op.name.upper()] for op in ops.OPS.values() if op.family == ops.UNARY}
+_DIFF_VV = {_OPC[op.name.upper() + "_VV"] for op in ops.OPS.values() if op.family == ops.BINARY}
+_ND_VV = {_OPC[op.name.upper() + "_VV"] for op in ops.OPS.values() if op.family == ops.BINARY_ND}
+_WHERE, _SQDIFF = _OPC["WHERE_VV"], _OPC["SQDIFF"]
+_SCALAR_B = {_OPC[op.name.upper() + "_VV"]: _OPC[op.name.upper() + "_VS"]
+             for op in ops.OPS.values() if op.family in (ops.BINARY, ops.BINARY_ND)}
+_SCALAR_A = {_OPC[op.name.upper() + "_VV"]: _OPC[op.name.upper() + "_SV"]
+             for op in ops.OPS.values() if op.family in (ops.BINARY, ops.BINARY_ND)}
+
+
+def _adjoint_writes(opc, fl, a, b, c):
+    """The operand slots whose adjoints an instruction's reverse updates, in
+    the order batch.c updates them, with their bit in `first`."""
+    if opc in _DIFF_UNARY:
+        return [(a, 1)] if fl & 1 else []
+    if opc in _DIFF_VV or opc == _SQDIFF:
+        return [(s, bit) for s, bit in ((a, 1), (b, 2)) if fl & bit]
+    if opc == _WHERE:
+        return [(s, bit) for s, bit in ((b, 2), (c, 4)) if fl & bit]
+    return []
+
+
+def soa_program(form, n_in, n_fixed, n_grad, out_off, B):
+    """The wide program for batch.c: (words, first, zero).
+
+    A binary instruction whose constant operand needs no adjoint reads that
+    constant as one scalar (_VS/_SV: same expression per lane).  `first[pc]`
+    marks the operands whose adjoint gets its first contribution at pc (the
+    reverse sweep assigns instead of adding); `zero` lists the lane offsets of
+    the adjoint slots read before anything is added to them (and the
+    gradient's slots nothing reaches)."""
+    form = list(form)
+    words, first = [], [0] * len(form)
+    written = {out_off}                     # the seed is assigned before the sweep
+    zero = set()
+    for pc in range(len(form) - 1, -1, -1):
+        word, o, a, b, c = form[pc]
+        opc, fl = word & _MASK, word >> FLAGS_SHIFT
+        if fl == 0:
+            continue
+        writes = _adjoint_writes(opc, fl, a, b, c)
+        if writes and o not in written:
+            zero.add(o)                     # its adjoint is read as g
+        for s, bit in writes:
+            if s not in written:
+                first[pc] |= bit
+                written.add(s)
+    zero.update(s for s in range(n_grad) if s not in written)
+    for word, o, a, b, c in form:
+        opc, fl = word & _MASK, word >> FLAGS_SHIFT
+        if opc in _DIFF_VV or opc in _ND_VV:
+            nd = opc in _ND_VV
+            if n_in <= b < n_fixed and (nd or not fl & 2):
+                word = _SCALAR_B[opc] | (fl << FLAGS_SHIFT)
+            elif n_in <= a < n_fixed and (nd or not fl & 1):
+                word = _SCALAR_A[opc] | (fl << FLAGS_SHIFT)
+        words.append((word, B, o * B, a * B, b * B, c * B))
+    return words, first, sorted(s * B for s in zero)
