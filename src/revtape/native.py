@@ -111,71 +111,30 @@ RT_GUARDS(NG_)
 #else
 #define RTN_PIECE static
 #endif
+/* Instructions left to the VM (reductions other than sum, matmul, linear
+ * algebra, cumulative kernels): its own sweeps over [lo, hi). */
+static int (*rtn_vm_fwd)(rt_program *, int64_t, int64_t);
+static int (*rtn_vm_rev)(rt_program *, int64_t, int64_t);
 """
 
 _EPILOGUE = r"""
-/* The VM's entry points (vm.c), same statuses, same busy/verified protocol. */
-static int rtn_begin(rt_program *p, const double *x)
+/* The VM's sweeps over instruction ranges the translation leaves to it
+ * (rtn_init: set once per process, before any program uses the table). */
+void rtn_init(void *fwd_range, void *rev_range)
 {
-    int st;
-    if (__atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE) != 0) {
-        __atomic_store_n(&p->status, RT_BUSY, __ATOMIC_RELAXED);
-        return RT_BUSY;
-    }
-    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
-        return RT_UNVERIFIED;
-    if (x != NULL && p->n_in > 0)
-        memcpy(p->vals, x, (size_t)p->n_in * sizeof(double));
-    st = rtn_fwd(p);
-    return st;
+    rtn_vm_fwd = (int (*)(rt_program *, int64_t, int64_t))fwd_range;
+    rtn_vm_rev = (int (*)(rt_program *, int64_t, int64_t))rev_range;
 }
 
-static int rtn_release(rt_program *p, int status)
-{
-    __atomic_store_n(&p->status, status, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->busy, 0, __ATOMIC_RELEASE);
-    return status;
-}
-
-int rtn_forward(rt_program *p, const double *x, double *y)
-{
-    int st;
-    if (p == NULL)
-        return RT_BADARG;
-    if ((st = rtn_begin(p, x)) == RT_BUSY)
-        return st;
-    if (st == RT_OK && y != NULL && p->out_len > 0)
-        memcpy(y, p->vals + p->out_off, (size_t)p->out_len * sizeof(double));
-    return rtn_release(p, st);
-}
-
-int rtn_value_and_grad(rt_program *p, const double *x, double *value, double *g)
-{
-    int st;
-    if (p == NULL || value == NULL)
-        return RT_BADARG;
-    if (p->out_len != 1 || (g == NULL && p->n_grad > 0)) {
-        if (__atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE) != 0)
-            return RT_BUSY;
-        return rtn_release(p, RT_BADARG);
-    }
-    if ((st = rtn_begin(p, x)) == RT_BUSY)
-        return st;
-    if (st == RT_OK) {
-        if (p->n_vals > 0)
-            memset(p->adj, 0, (size_t)p->n_vals * sizeof(double));
-        p->adj[p->out_off] = 1.0;
-        rtn_rev(p);
-        if (p->n_grad > 0)
-            memcpy(g, p->adj, (size_t)p->n_grad * sizeof(double));
-        *value = p->vals[p->out_off];
-    }
-    return rtn_release(p, st);
-}
+const rt_native *rtn_table(void) { return &rtn_native; }
 """
 
 
-def _fwd(name, n, o, a, b, c, ints):
+class _VM(Exception):
+    """This instruction is left to the VM's sweep (rtn_vm_fwd / rtn_vm_rev)."""
+
+
+def _fwd(name, n, o, a, b, c, ints, pc=0):
     """C for one instruction's forward step (mirrors vm.c's rt_run_forward case)."""
     fam = _FAM.get(name)
     if fam is not None:
@@ -186,7 +145,7 @@ def _fwd(name, n, o, a, b, c, ints):
             return (f"v[{o}] = nf_{base}(v[{a}], v[{b}]);" if n == 1
                     else f"rt_kf_{name}({n}, v, {o}, {a}, {b});")
         return (f"if (ng_{base}(v[{a}], v[{b}]) != {n}) "
-                f"{{ p->failed_guard = {o}; return RT_GUARD_FAILED; }}")
+                f"{{ p->failed_guard = {o}; p->failed_pc = {pc}; return RT_GUARD_FAILED; }}")
     if name in ("WHERE_VV", "WHERE_VS", "WHERE_SV", "CLIP"):
         return f"rt_kf_{name}({n}, v, {o}, {a}, {b}, {c});"
     if name == "AXPY" and n == 1:
@@ -219,9 +178,7 @@ def _fwd(name, n, o, a, b, c, ints):
                 f"for (i = 0; i < {n}; i++) v[{o} + ints[{c} + i]] += v[{a} + i]; }}")
     if name == "SCATTER":
         return f"{{ int64_t i; for (i = 0; i < {n}; i++) v[{o} + ints[{c} + i]] = v[{a} + i]; }}"
-    raise UnsupportedError(
-        f"the native tier does not translate {name} yet; compile this tape with "
-        f"native=False (the VM runs every opcode)")
+    raise _VM(name)
 
 
 def _rev(name, fl, n, o, a, b, c, ints):
@@ -288,43 +245,96 @@ def _rev(name, fl, n, o, a, b, c, ints):
     if name in ("SCATTER_ADD", "SCATTER"):
         return ("" if not fl & 1 else
                 f"{{ int64_t i; for (i = 0; i < {n}; i++) d[{a} + i] += d[{o} + ints[{c} + i]]; }}")
-    raise UnsupportedError(f"the native tier does not translate {name} yet")   # unreachable
+    raise _VM(name)
 
 
-def translate(code, ints):
-    """C source for the verified words `code` (n_instr x 6 int32) and side table `ints`.
-    Raises UnsupportedError naming the first opcode not translated yet."""
+def untranslatable(code):
+    """Why the native tier cannot take these words (a sentence), or None."""
+    ops_used = {ops.VM_OPCODES[op & 0xFFFF] for op in np.unique(code[:, 0]).tolist()}
+    if "PYCALL" in ops_used:
+        return ("it calls custom primitives (PYCALL), which call back into Python: "
+                "the VM runs it")
+    return None
+
+
+def translate(code, ints, out_len=1):
+    """C source for the verified words `code` (n_instr x 6 int32) and side table
+    `ints`.  Instructions without a C translation here (reductions other than
+    sum, matmul, linear algebra) are runs of the VM's own sweep over their
+    range.  Raises UnsupportedError for a program the tier refuses
+    (untranslatable)."""
     global _FAM
     if _FAM is None:
         _FAM = _families()
+    code = np.asarray(code, dtype=np.int32).reshape(-1, 6)
+    why = untranslatable(code)
+    if why is not None:
+        raise UnsupportedError(f"native=True cannot translate this program: {why}; "
+                               f"compile with native=False")
     rows = code.tolist()
     ints = ints.tolist()
     fwd, rev = [], []
-    for op, n, o, a, b, c in rows:
+    for k, (op, n, o, a, b, c) in enumerate(rows):
         name = ops.VM_OPCODES[op & 0xFFFF]
         fl = (op & 0xFFFFFFFF) >> 16
-        fwd.append(_fwd(name, n, o, a, b, c, ints))
-        rev.append(_rev(name, fl, n, o, a, b, c, ints) if fl else "")
+        try:
+            f = _fwd(name, n, o, a, b, c, ints, k)
+            r = _rev(name, fl, n, o, a, b, c, ints) if fl else ""
+        except _VM:
+            f, r = None, (None if fl else "")  # the VM's sweep over this instruction
+        fwd.append(f)
+        rev.append(r)
+    return _assemble(fwd, rev)
+
+
+def _vm_runs(stmts, lo, hi, sweep):
+    """Statements of instructions [lo, hi) in sweep order, consecutive VM
+    instructions merged into one call of the VM's sweep over their range."""
+    out, k = [], lo
+    idx = range(lo, hi) if sweep == "fwd" else range(hi - 1, lo - 1, -1)
+    run = None                                 # [first, last] of the pending VM run
+    def flush():
+        if run is not None:
+            a, b = min(run), max(run) + 1
+            out.append(f"if ((st = rtn_vm_{sweep}(p, {a}, {b})) != RT_OK) return st;")
+    for k in idx:
+        s = stmts[k]
+        if s is None:
+            run = [k, k] if run is None else [run[0], k]
+            continue
+        flush()
+        run = None
+        if s:
+            out.append(s)
+    flush()
+    return out
+
+
+def _assemble(fwd, rev):
     out = [_PRELUDE]
     # The two arenas are separate allocations: restrict lets gcc keep values
     # in registers across the other arena's stores (it changes no rounding).
     head = ("(rt_program *p)\n{\n    double *const restrict v = p->vals; "
             "double *const restrict d = p->adj;\n"
-            "    const int32_t *const ints = p->ints;\n    (void)v; (void)d; (void)ints;\n")
-    nf = max(1, -(-len(rows) // CHUNK))
+            "    const int32_t *const ints = p->ints;\n    int st = RT_OK;\n"
+            "    (void)v; (void)d; (void)ints; (void)st;\n")
+    n = len(fwd)
+    nf = max(1, -(-n // CHUNK))
     for k in range(nf):
+        lo, hi = k * CHUNK, min(n, (k + 1) * CHUNK)
         out.append(f"RTN_PIECE int rtn_fwd_{k}{head}")
-        out.extend("    " + s + "\n" for s in fwd[k * CHUNK:(k + 1) * CHUNK])
+        out.extend("    " + s + "\n" for s in _vm_runs(fwd, lo, hi, "fwd"))
         out.append("    return RT_OK;\n}\n")
-        out.append(f"RTN_PIECE void rtn_rev_{k}{head}")
-        out.extend("    " + s + "\n" for s in reversed(rev[k * CHUNK:(k + 1) * CHUNK]) if s)
-        out.append("}\n")
+        out.append(f"RTN_PIECE int rtn_rev_{k}{head}")
+        out.extend("    " + s + "\n" for s in _vm_runs(rev, lo, hi, "rev"))
+        out.append("    return RT_OK;\n}\n")
     out.append("static int rtn_fwd(rt_program *p)\n{\n    int st;\n")
     out.extend(f"    if ((st = rtn_fwd_{k}(p)) != RT_OK) return st;\n" for k in range(nf))
     out.append("    return RT_OK;\n}\n")
-    out.append("static void rtn_rev(rt_program *p)\n{\n")
-    out.extend(f"    rtn_rev_{k}(p);\n" for k in reversed(range(nf)))
-    out.append("}\n")
+    out.append("static int rtn_rev(rt_program *p)\n{\n    int st;\n")
+    out.extend(f"    if ((st = rtn_rev_{k}(p)) != RT_OK) return st;\n" for k in reversed(range(nf)))
+    out.append("    return RT_OK;\n}\n")
+    out.append("static const rt_native rtn_native = { rtn_fwd, rtn_rev, NULL };\n")
     out.append(_EPILOGUE)
     return "".join(out)
 
@@ -332,9 +342,12 @@ def translate(code, ints):
 # ------------------------------------------------------------------ building
 _SOURCES = ("vm.h", "ops_generated.h", "specfun.h", "kernels.h", "specfun.c", "kernels.c")
 _ffi = None
-_loaded = {}                      # cache key -> the loaded library (immutable, shared)
-_lock = threading.Lock()
-_compiler_ids = {}
+_loaded = {}                      # cache key -> (lib, path, table address): immutable, shared
+_lock = threading.Lock()          # guards _loaded, _key_locks and the per-process caches
+_key_locks = {}                   # cache key -> the lock its build holds
+_keep = []                        # every library loaded: never closed (tapes point into them)
+_objects_lock = threading.Lock()
+_compilers = {}                   # $REVTAPE_CC -> (path, compiler id)
 
 
 def cache_dir():
@@ -349,21 +362,26 @@ def cache_dir():
 
 def find_compiler():
     """The C compiler: $REVTAPE_CC, else cc, else gcc on PATH."""
+    return _compiler()[0]
+
+
+def _compiler():
     want = os.environ.get("REVTAPE_CC")
+    hit = _compilers.get(want)
+    if hit is not None:
+        return hit
     for cand in ([want] if want else ["cc", "gcc"]):
         path = shutil.which(cand)
         if path:
-            return os.path.realpath(path)
+            path = os.path.realpath(path)
+            # Path, size and mtime of the binary: a compiler upgrade changes the
+            # key without running `cc --version` in every process.
+            st = os.stat(path)
+            hit = _compilers[want] = (path, f"{path}:{st.st_size}:{st.st_mtime_ns}")
+            return hit
     raise NativeCompileError(
         f"native=True needs a C compiler, and {want or 'cc/gcc'} was not found on PATH; "
         f"install one (or set REVTAPE_CC), or compile with native=False to use the VM")
-
-
-def _compiler_id(cc):
-    # Path, size and mtime of the binary: a compiler upgrade changes the key
-    # without running `cc --version` in every process.
-    st = os.stat(cc)
-    return f"{cc}:{st.st_size}:{st.st_mtime_ns}"
 
 
 _digest = None
@@ -379,9 +397,9 @@ def _sources_digest():
     return _digest
 
 
-def _key(code, ints, layout, cc):
+def _key(code, ints, layout, cc_id):
     h = hashlib.sha256()
-    h.update(f"{NATIVE_VERSION}|{ops.OP_TABLE_HASH}|{_compiler_id(cc)}|{' '.join(FLAGS)}|"
+    h.update(f"{NATIVE_VERSION}|{ops.OP_TABLE_HASH}|{cc_id}|{' '.join(FLAGS)}|"
              f"{layout}|".encode())
     h.update(_sources_digest())
     h.update(np.ascontiguousarray(code, dtype=np.int32).tobytes())
@@ -395,55 +413,98 @@ def _get_ffi():
     if _ffi is None:
         import cffi
         _ffi = cffi.FFI()
-        # void *: the arguments are cdata of the VM's own ffi (rt_program *, double[]).
-        _ffi.cdef("int rtn_forward(void *p, void *x, void *y);\n"
-                  "int rtn_value_and_grad(void *p, void *x, void *value, void *g);")
+        # void *: the table is read through the VM's own ffi (rt_native *).
+        _ffi.cdef("void rtn_init(void *fwd_range, void *rev_range);\n"
+                  "void *rtn_table(void);")
     return _ffi
 
 
-def load(code, ints, layout):
+def _timeout():
+    try:
+        return float(os.environ.get("REVTAPE_NATIVE_TIMEOUT", "600"))
+    except ValueError:
+        raise NativeCompileError("REVTAPE_NATIVE_TIMEOUT must be a number of seconds") from None
+
+
+def load(code, ints, layout, out_len=1, auto=False):
     """The native library for this program: from memory, from the disk cache, or
-    built now.  Returns (lib, path, seconds spent compiling or 0.0)."""
-    import time
-    global compiles
+    built now.  Returns (table address, path, seconds spent compiling or 0.0).
+    auto=True (the builder thread): a program whose build failed before in
+    this process fails again at once instead of running the compiler again."""
     if not CSRC.is_dir():
         raise NativeCompileError(f"the native tier needs revtape's C sources at {CSRC}")
-    cc = find_compiler()
-    key = _key(code, ints, layout, cc)
+    cc, cc_id = _compiler()
+    key = _key(code, ints, layout, cc_id)
     with _lock:
         hit = _loaded.get(key)
         if hit is not None:
-            return hit[0], hit[1], 0.0
-        src = None
-        d = cache_dir()
-        path = d / f"revtape_{key}.so"
-        spent = 0.0
-        if not path.exists():
-            src = translate(code, ints)           # UnsupportedError before any compiler runs
-            d.mkdir(parents=True, exist_ok=True)
-            objs = _runtime_objects(cc, d)        # once per compiler: not counted below
-            t0 = time.perf_counter()
-            with tempfile.TemporaryDirectory(dir=d) as tmp:
-                c_file = pathlib.Path(tmp) / f"revtape_{key}.c"
-                c_file.write_text(src)
-                so_tmp = pathlib.Path(tmp) / "lib.so"
-                cmd = [cc, *FLAGS, f"-I{CSRC}", "-o", str(so_tmp), str(c_file),
-                       *objs, "-lm"]
-                _run(cmd, cc)
-                # Atomic publish: a concurrent first compile of the same
-                # program in another process writes the same bytes.
-                os.replace(so_tmp, path)
-            spent = time.perf_counter() - t0
-            compiles += 1
-        lib = _get_ffi().dlopen(str(path))
-        _loaded[key] = (lib, path)
-        return lib, path, spent
+            return hit[2], hit[1], 0.0
+        if auto and key in _failed:
+            raise _failed[key]
+        klock = _key_locks.setdefault(key, threading.Lock())
+    # One build per program at a time in this process (other programs build
+    # alongside); other processes are handled by the atomic rename below.
+    with klock:
+        hit = _loaded.get(key)
+        if hit is not None:
+            return hit[2], hit[1], 0.0
+        try:
+            return _build(code, ints, out_len, key, cc, cc_id)
+        except RevtapeError as e:
+            _failed[key] = e
+            raise
 
 
-def _run(cmd, cc):
+def _build(code, ints, out_len, key, cc, cc_id):
+    """Compile (unless the disk cache has it) and load the library of `key`."""
+    import time
+    global compiles
+    d = cache_dir()
+    path = d / f"revtape_{key}.so"
+    spent = 0.0
+    if not path.exists():
+        src = translate(code, ints, out_len)      # UnsupportedError before any compiler runs
+        d.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + _timeout()
+        objs = _runtime_objects(cc, cc_id, d, deadline)   # once per compiler: not counted
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(dir=d) as tmp:
+            c_file = pathlib.Path(tmp) / f"revtape_{key}.c"
+            c_file.write_text(src)
+            so_tmp = pathlib.Path(tmp) / "lib.so"
+            cmd = [cc, *FLAGS, f"-I{CSRC}", "-o", str(so_tmp), str(c_file), *objs, "-lm"]
+            _run(cmd, cc, deadline)
+            # Atomic publish: a concurrent first compile of the same
+            # program in another process writes the same bytes.
+            os.replace(so_tmp, path)
+        spent = time.perf_counter() - t0
+        compiles += 1
+    lib = _get_ffi().dlopen(str(path))
+    from ._vm import ffi as vm_ffi, lib as vm_lib
+    nffi = _get_ffi()
+    hooks = [nffi.cast("void *", int(vm_ffi.cast("uintptr_t", vm_ffi.addressof(vm_lib, f))))
+             for f in ("rt_vm_forward_range", "rt_vm_reverse_range")]
+    lib.rtn_init(*hooks)
+    table = int(nffi.cast("uintptr_t", lib.rtn_table()))
+    with _lock:
+        _keep.append(lib)
+        _loaded[key] = (lib, path, table)
+    return table, path, spent
+
+
+
+
+def _run(cmd, cc, deadline):
+    import time
+    left = deadline - time.monotonic()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        if left <= 0:
+            raise subprocess.TimeoutExpired(cmd, 0)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
+    except subprocess.TimeoutExpired as e:
+        raise NativeTimeout(f"the C compiler {cc} took longer than REVTAPE_NATIVE_TIMEOUT="
+                            f"{_timeout():g} s; compile with native=False to use the VM") from e
+    except OSError as e:
         raise NativeCompileError(f"the C compiler {cc} failed to run: {e}; "
                                  f"compile with native=False to use the VM") from e
     if r.returncode != 0:
@@ -452,45 +513,173 @@ def _run(cmd, cc):
             f"compile with native=False to use the VM")
 
 
-def _runtime_objects(cc, d):
+def _runtime_objects(cc, cc_id, d, deadline):
     """kernels.c and specfun.c compiled once per compiler and source version
     (kernels.c alone takes seconds: every program's library links these objects)."""
     objs = []
-    for name in ("specfun.c", "kernels.c"):
-        h = hashlib.sha256(f"{NATIVE_VERSION}|{_compiler_id(cc)}|{' '.join(FLAGS)}|".encode())
-        h.update(_sources_digest())
-        obj = d / f"revtape_{name[:-2]}_{h.hexdigest()[:32]}.o"
-        if not obj.exists():
-            fd, tmp = tempfile.mkstemp(suffix=".o", dir=d)
-            os.close(fd)
-            try:
-                _run([cc, *[f for f in FLAGS if f != "-shared"], f"-I{CSRC}", "-c",
-                      str(CSRC / name), "-o", tmp], cc)
-                os.replace(tmp, obj)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-        objs.append(str(obj))
+    with _objects_lock:
+        for name in ("specfun.c", "kernels.c"):
+            h = hashlib.sha256(f"{NATIVE_VERSION}|{cc_id}|{' '.join(FLAGS)}|".encode())
+            h.update(_sources_digest())
+            obj = d / f"revtape_{name[:-2]}_{h.hexdigest()[:32]}.o"
+            if not obj.exists():
+                fd, tmp = tempfile.mkstemp(suffix=".o", dir=d)
+                os.close(fd)
+                try:
+                    _run([cc, *[f for f in FLAGS if f != "-shared"], f"-I{CSRC}", "-c",
+                          str(CSRC / name), "-o", tmp], cc, deadline)
+                    os.replace(tmp, obj)
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+            objs.append(str(obj))
     return objs
 
 
-def attach(ct):
-    """Switch CompiledTape ct's value_and_gradient / gradient / forward to native code."""
-    if ct._kind == "hessian":
-        raise UnsupportedError("native=True does not translate Hessian programs yet; "
-                               "use native=False")
+def _layout(ct):
     prog = ct._program
-    code = ct._code.reshape(-1, 6)
-    layout = (prog.n_vals, prog.n_in, prog.n_grad, prog.n_fixed, prog.out_off, prog.out_len)
-    lib, path, spent = load(code, ct._ints, layout)
-    ct._native_lib, ct._native_path, ct.native_compile_seconds = lib, path, spent
-    # Called through the VM's rt_call_native (API mode): a libffi call to
-    # the library itself would cost more than eight-schools' whole replay.
-    from functools import partial
+    return (prog.n_vals, prog.n_in, prog.n_grad, prog.n_fixed, prog.out_off, prog.out_len)
+
+
+def _install(ct, table, path, spent):
     from ._vm import ffi as vm_ffi, lib as vm_lib
-    nffi = _get_ffi()
-    vg, fw = (vm_ffi.cast("rt_native_fn", int(nffi.cast("uintptr_t", f)))
-              for f in (lib.rtn_value_and_grad, lib.rtn_forward))
-    call, null = vm_lib.rt_call_native, vm_ffi.NULL
-    ct._vgf = partial(call, vg)
-    ct._fwf = lambda p, x, y: call(fw, p, x, y, null)
+    ct._native_path, ct.native_compile_seconds = path, spent
+    ct._native_state = "native"
+    # An atomic release store in C: a replay running on another thread
+    # finishes on the sweeps it started with, the next one runs native code.
+    vm_lib.rt_set_native(ct._p, vm_ffi.cast("rt_native *", table))
+
+
+def attach(ct):
+    """native=True: build (or find) the native code now and switch ct to it."""
+    why = untranslatable(ct._code)
+    if why is not None:
+        raise UnsupportedError(f"native=True cannot translate this program: {why}; "
+                               f"use native=False")
+    table, path, spent = load(ct._code, ct._ints, _layout(ct), ct._program.out_len)
+    _install(ct, table, path, spent)
+
+
+# ------------------------------------------------------------------ native="auto"
+class NativeTimeout(NativeCompileError):
+    """The C compiler took longer than $REVTAPE_NATIVE_TIMEOUT seconds."""
+
+
+class NativeWarning(RuntimeWarning):
+    """native="auto" could not build native code; the VM keeps serving."""
+
+
+AUTO_CALLS = 1000        # calls before a tape counts as hot ($REVTAPE_NATIVE_CALLS) ...
+AUTO_SECONDS = 0.1       # ... or seconds spent replaying it ($REVTAPE_NATIVE_SECONDS)
+
+_queue = None            # (weakref to a CompiledTape, key) jobs for the builder thread
+_warned = set()          # kinds of failure already warned about in this process
+_failed = {}             # cache key -> why its build failed (not retried in this process)
+
+
+def _env_number(name, default, kind):
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        val = kind(raw)
+    except ValueError:
+        raise RevtapeError(f"{name} must be a number, not {raw!r}") from None
+    if val < 0:
+        raise RevtapeError(f"{name} must be >= 0, not {raw!r}")
+    return val
+
+
+def auto_enabled():
+    """native="auto" is on unless $REVTAPE_NATIVE is 0 (or false/off/no)."""
+    return os.environ.get("REVTAPE_NATIVE", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def arm(ct):
+    """native="auto" at construction: the VM serves now; the program becomes hot
+    after AUTO_CALLS calls or AUTO_SECONDS of replay (counted in C), and then
+    compiles in the background (hot)."""
+    import time
+    ct._native_event = threading.Event()
+    if not auto_enabled() or untranslatable(ct._code) is not None:
+        ct._native_state = "off"
+        ct._native_event.set()
+        return
+    ct._native_state = "vm"
+    try:
+        cc_id = _compiler()[1]
+    except NativeCompileError:
+        cc_id = None                         # hot will say so, once
+    if cc_id is not None:
+        key = _key(ct._code, ct._ints, _layout(ct), cc_id)
+        hit = _loaded.get(key)
+        if hit is not None:                  # a copy of a tape that is already native
+            _install(ct, hit[2], hit[1], 0.0)
+            ct._native_event.set()
+            return
+    calls = _env_number("REVTAPE_NATIVE_CALLS", AUTO_CALLS, int)
+    secs = _env_number("REVTAPE_NATIVE_SECONDS", AUTO_SECONDS, float)
+    p = ct._p
+    p.hot_calls = p.hot_ns = 0
+    p.hot_max_ns = min(int(secs * 1e9), 2 ** 62)
+    p.hot_max_calls = max(calls, 1)
+
+
+def hot(ct):
+    """The call that made ct hot (status RT_OK_HOT) lands here: queue its build
+    for the builder thread and return at once."""
+    global _queue
+    if ct._native_state != "vm":
+        return
+    ct._native_state = "compiling"
+    with _lock:
+        if _queue is None:
+            import queue
+            _queue = queue.SimpleQueue()
+            threading.Thread(target=_builder, args=(_queue,), name="revtape-native",
+                             daemon=True).start()
+    import weakref
+    _queue.put((weakref.ref(ct), ct._code, ct._ints, _layout(ct), ct._program.out_len))
+
+
+def _builder(q):
+    """The builder thread: one build at a time (a compiler is a heavy process),
+    never an exception to anyone; a failure leaves the VM serving, with one
+    warning per kind of failure per process."""
+    while True:
+        ref, code, ints, layout, out_len = q.get()
+        ct = ref()
+        if ct is None:
+            continue                          # dropped while it waited
+        del ct                                # a long build must not keep it alive
+        try:
+            table, path, spent = load(code, ints, layout, out_len, auto=True)
+        except BaseException as e:            # noqa: BLE001 - the VM keeps serving
+            ct = ref()
+            if ct is not None:
+                ct._native_state = "failed"
+                ct._native_error = e
+                ct._native_event.set()
+            _warn_once(e)
+            continue
+        ct = ref()
+        if ct is not None:
+            _install(ct, table, path, spent)
+            ct._native_event.set()
+        del ct
+
+
+def _warn_once(e):
+    import warnings
+    kind = ("timeout" if isinstance(e, NativeTimeout) else
+            "compiler" if isinstance(e, NativeCompileError) else type(e).__name__)
+    with _lock:
+        if kind in _warned:
+            return
+        _warned.add(kind)
+    try:
+        warnings.warn(f"revtape: native='auto' could not build native code ({e}); the VM "
+                      f"keeps serving this tape.  Set REVTAPE_NATIVE=0 to stop trying.",
+                      NativeWarning, stacklevel=2)
+    except BaseException:                     # noqa: BLE001 - e.g. warnings turned into errors
+        pass
