@@ -26,6 +26,7 @@ run on the VM, over the same arenas.
 import hashlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +39,7 @@ from . import ops
 from .errors import RevtapeError, UnsupportedError
 
 # Bumped whenever the generated C changes shape: part of the cache key.
-NATIVE_VERSION = "1"
+NATIVE_VERSION = "2"
 FLAGS = ("-O2", "-std=c99", "-fno-math-errno", "-ffp-contract=off", "-D_DEFAULT_SOURCE",
          "-fPIC", "-shared")
 # Instructions per generated C function: gcc's optimiser is superlinear in
@@ -257,7 +258,7 @@ def untranslatable(code):
     return None
 
 
-def translate(code, ints, out_len=1):
+def translate(code, ints, layout=None):
     """C source for the verified words `code` (n_instr x 6 int32) and side table
     `ints`.  Instructions without a C translation here (reductions other than
     sum, matmul, linear algebra) are runs of the VM's own sweep over their
@@ -273,6 +274,8 @@ def translate(code, ints, out_len=1):
                                f"compile with native=False")
     rows = code.tolist()
     ints = ints.tolist()
+    if layout is not None and _scalar_program(rows, layout[3], layout[5]):
+        return _assemble_scalar(rows, ints, layout)
     fwd, rev = [], []
     for k, (op, n, o, a, b, c) in enumerate(rows):
         name = ops.VM_OPCODES[op & 0xFFFF]
@@ -285,6 +288,222 @@ def translate(code, ints, out_len=1):
         fwd.append(f)
         rev.append(r)
     return _assemble(fwd, rev)
+
+
+# ------------------------------------------------------------------ scalar programs
+# A program of scalar instructions only (every n == 1: eight-schools, the
+# Rosenbrock loop, most hand-written log densities) gets a fused
+# value_and_grad in which every value and every adjoint is a C local: the
+# forward sweep still stores each value into the arena (the arena holds the
+# replay, as the VM leaves it), but nothing is loaded back, the adjoint arena
+# is never zeroed, and only the gradient is written to it.  The operations and
+# their order are the VM's (the same inline functions, the same `g != 0.0`
+# skips, an adjoint starting at 0.0 and accumulated in reverse instruction
+# order), so the bits are too.  Long programs are cut into pieces of
+# SCALAR_CHUNK instructions (separate functions: gcc's optimiser is
+# superlinear in function size); an adjoint crossing a piece boundary goes
+# through the arena, assigned by the first piece that touches it.
+SCALAR_CHUNK = 400
+_SCALAR_OPS = ("AXPY", "SQDIFF", "CSUM")
+
+
+def _scalar_program(rows, n_fixed, out_len):
+    """True when every instruction is a scalar form this generator writes, and
+    every slot is written once (then a slot is one C local)."""
+    if out_len != 1:
+        return False
+    written = set()
+    for op, n, o, a, b, c in rows:
+        name = ops.VM_OPCODES[op & 0xFFFF]
+        fam = _FAM.get(name)
+        if n != 1 and not (name == "CSUM" or (fam is not None and fam[0] == "g")):
+            return False
+        if fam is None and name not in _SCALAR_OPS:
+            return False
+        if fam is not None and fam[0] == "g":
+            continue                                   # out is a guard number, not a slot
+        if o in written or o < n_fixed:
+            return False
+        written.add(o)
+    return True
+
+
+class _Piece:
+    """Names of one generated function: values x<slot>, adjoints a<slot>."""
+
+    def __init__(self, defined):
+        self.defined = defined          # slots written in this piece
+        self.loaded = set()             # external values loaded into locals
+        self.adj = set()                # adjoints this piece touches
+        self.out = []
+
+    def x(self, s):
+        if s not in self.defined and s not in self.loaded:
+            self.loaded.add(s)
+            self.out.append(f"const double x{s} = v[{s}];")
+        return f"x{s}"
+
+    def a(self, s):
+        self.adj.add(s)
+        return f"a{s}"
+
+
+def _scalar_fwd(P, k, name, n, o, a, b, c, ints):
+    kind, base, _ = _FAM.get(name) or (None, name, None)
+    X = P.x
+    if kind == "g":
+        return (f"if (ng_{base}({X(a)}, {X(b)}) != {n}) "
+                f"{{ p->failed_guard = {o}; p->failed_pc = {k}; return RT_GUARD_FAILED; }}")
+    if kind in ("u", "und"):
+        e = f"nf_{base}({X(a)})"
+    elif kind in ("b", "bnd"):
+        e = f"nf_{base}({X(a)}, {X(b)})"
+    elif name == "AXPY":
+        e = f"{X(a)} + {X(b)} * {X(c)}"            # -ffp-contract=off: MUL, then ADD
+    elif name == "SQDIFF":
+        P.out.append(f"const double t{o} = {X(a)} - {X(b)};")
+        e = f"t{o} * t{o}"
+    else:                                          # CSUM, left to right
+        acc = X(a)
+        for e_ in ints[c:c + n]:
+            acc = f"({acc} + {X(e_)})" if e_ >= 0 else f"({acc} - {X(~e_)})"
+        e = acc
+    P.out.append(f"const double x{o} = {e};")
+    return f"v[{o}] = x{o};"                       # a store: _STORE below
+
+
+def _scalar_rev(P, name, fl, n, o, a, b, c, ints):
+    kind, base, var = _FAM.get(name) or (None, name, None)
+    X, A = P.x, P.a
+    if kind in ("und", "bnd", "g") or not fl:
+        return ""
+    g = A(o)
+    if kind == "u":
+        return f"if ({g} != 0.0) {A(a)} += {g} * (nd_{base}({X(a)}, {X(o)}));"
+    if kind == "b":
+        dx = f"ndx_{base}({X(a)}, {X(b)}, {X(o)})"
+        dy = f"ndy_{base}({X(a)}, {X(b)}, {X(o)})"
+        if var == "VV":
+            body = ((f" {A(a)} += {g} * ({dx});" if fl & 1 else "")
+                    + (f" {A(b)} += {g} * ({dy});" if fl & 2 else ""))
+            return f"if ({g} != 0.0) {{{body} }}"
+        if var == "VS":
+            body = ((f" {A(a)} += {g} * ({dx});" if fl & 1 else "")
+                    + (f" sy += {g} * ({dy});" if fl & 2 else ""))
+            tail = f" {A(b)} += sy;" if fl & 2 else ""
+            return f"{{ double sy = 0.0; (void)sy; if ({g} != 0.0) {{{body} }}{tail} }}"
+        body = ((f" sx += {g} * ({dx});" if fl & 1 else "")
+                + (f" {A(b)} += {g} * ({dy});" if fl & 2 else ""))
+        tail = f" {A(a)} += sx;" if fl & 1 else ""
+        return f"{{ double sx = 0.0; (void)sx; if ({g} != 0.0) {{{body} }}{tail} }}"
+    if name == "AXPY":
+        body = ((f" {A(a)} += {g};" if fl & 1 else "")
+                + (f" sb += {g} * {X(c)};" if fl & 2 else "")
+                + (f" {A(c)} += {g} * {X(b)};" if fl & 4 else ""))
+        tail = f" {A(b)} += sb;" if fl & 2 else ""
+        return f"{{ double sb = 0.0; (void)sb; if ({g} != 0.0) {{{body} }}{tail} }}"
+    if name == "SQDIFF":
+        body = ((f" {A(a)} += gt * 1.0;" if fl & 1 else "")
+                + (f" {A(b)} += gt * -1.0;" if fl & 2 else ""))
+        return (f"if ({g} != 0.0) {{ const double t = {X(a)} - {X(b)}, gt = {g} * (2.0 * t); "
+                f"if (gt != 0.0) {{{body} }} }}")
+    # CSUM
+    terms = "".join(f" {A(e)} += {g} * 1.0;" if e >= 0 else f" {A(~e)} += {g} * -1.0;"
+                    for e in ints[c:c + n])
+    head = f" {A(a)} += {g} * 1.0;" if fl & 1 else ""
+    return f"if ({g} != 0.0) {{{head}{terms} }}"
+
+
+_STORE = re.compile(r"v\[(\d+)\] = x\1;$")
+
+
+def _translate_scalar(rows, ints, layout):
+    n_vals, n_in, n_grad, n_fixed, out_off, out_len = layout[:6]
+    nr = len(rows)
+    K = max(1, -(-nr // SCALAR_CHUNK))
+    bounds = [(k * SCALAR_CHUNK, min(nr, (k + 1) * SCALAR_CHUNK)) for k in range(K)]
+    names = [ops.VM_OPCODES[r[0] & 0xFFFF] for r in rows]
+    is_guard = [(_FAM.get(nm) or ("",))[0] == "g" for nm in names]
+    # forward pieces (shared by forward and value_and_grad when K > 1)
+    fwd_bodies, rev_parts = [], []
+    for k, (lo, hi) in enumerate(bounds):
+        defined = {rows[i][2] for i in range(lo, hi) if not is_guard[i]}
+        P = _Piece(defined)
+        for i in range(lo, hi):
+            op, n, o, a, b, c = rows[i]
+            P.out.append(_scalar_fwd(P, i, names[i], n, o, a, b, c, ints))
+        fwd_bodies.append((P, defined))
+    # reverse pieces, last piece first: who touches an adjoint first decides
+    # its start (0.0, 1.0 for the output), later pieces take it from the arena
+    started = set()
+    for k in reversed(range(K)):
+        lo, hi = bounds[k]
+        defined = fwd_bodies[k][1]
+        R = _Piece(defined if K == 1 else set())
+        if K == 1:                                   # one function: the forward's locals
+            R.loaded = fwd_bodies[0][0].loaded
+        stmts = []
+        for i in reversed(range(lo, hi)):
+            op, n, o, a, b, c = rows[i]
+            fl = (op & 0xFFFFFFFF) >> 16
+            R.out = []
+            st = _scalar_rev(R, names[i], fl, n, o, a, b, c, ints)
+            stmts.extend(R.out)
+            if st:
+                stmts.append(st)
+        decls = []
+        for s_ in sorted(R.adj):
+            init = "d[%d]" % s_ if s_ in started else ("1.0" if s_ == out_off else "0.0")
+            decls.append(f"double a{s_} = {init};")
+        backs = [f"d[{s_}] = a{s_};" for s_ in sorted(R.adj) if s_ not in defined]
+        # an adjoint defined here and touched by a later piece came in through
+        # the arena (started); defined-only-here adjoints need no write-back
+        started |= R.adj
+        rev_parts.append((k, decls, stmts, backs))
+    rev_parts.reverse()
+    untouched = [s_ for s_ in range(n_grad) if s_ not in started]
+    return fwd_bodies, rev_parts, untouched
+
+
+def _assemble_scalar(rows, ints, layout):
+    fwd_bodies, rev_parts, untouched = _translate_scalar(rows, ints, layout)
+    out_off = layout[4]
+    # What a value_and_grad leaves observable in the value arena besides the
+    # inputs: the output and the extra outputs (has_aux).  Every other entry
+    # point runs the forward sweep, which stores every value, before reading
+    # one; storing the rest here costs more than the whole reverse sweep.
+    keep = {out_off} | {off + i for off, size in (layout[6] if len(layout) > 6 else ())
+                        for i in range(size)}
+    K = len(fwd_bodies)
+    out = [_PRELUDE]
+    head = ("(rt_program *p)\n{\n    double *const restrict v = p->vals; "
+            "double *const restrict d = p->adj;\n    (void)v; (void)d;\n")
+    for k, (P, _) in enumerate(fwd_bodies):
+        out.append(f"RTN_PIECE int rtn_fwd_{k}{head}")
+        out.extend("    " + s_ + "\n" for s_ in P.out)
+        out.append("    return RT_OK;\n}\n")
+    out.append("static int rtn_fwd(rt_program *p)\n{\n    int st;\n")
+    out.extend(f"    if ((st = rtn_fwd_{k}(p)) != RT_OK) return st;\n" for k in range(K))
+    out.append("    return RT_OK;\n}\n")
+    seeds = "".join(f"    d[{s_}] = {'1.0' if s_ == out_off else '0.0'};\n" for s_ in untouched)
+    if K == 1:
+        (P, _), (_, decls, stmts, backs) = fwd_bodies[0], rev_parts[0]
+        out.append(f"static int rtn_vg{head}")
+        fwd = [s_ for s_ in P.out if not ((m := _STORE.match(s_)) and int(m.group(1)) not in keep)]
+        out.extend("    " + s_ + "\n" for s_ in fwd + decls + stmts + backs)
+        out.append(seeds + "    return RT_OK;\n}\n")
+    else:
+        for k, decls, stmts, backs in rev_parts:
+            out.append(f"RTN_PIECE void rtn_vgrev_{k}{head}")
+            out.extend("    " + s_ + "\n" for s_ in decls + stmts + backs)
+            out.append("}\n")
+        out.append("static int rtn_vg(rt_program *p)\n{\n    int st;\n")
+        out.append("    if ((st = rtn_fwd(p)) != RT_OK) return st;\n")
+        out.extend(f"    rtn_vgrev_{k}(p);\n" for k in reversed(range(K)))
+        out.append(seeds.replace("d[", "p->adj[") + "    return RT_OK;\n}\n")
+    out.append("static const rt_native rtn_native = { rtn_fwd, NULL, rtn_vg };\n")
+    out.append(_EPILOGUE)
+    return "".join(out)
 
 
 def _vm_runs(stmts, lo, hi, sweep):
@@ -426,7 +645,7 @@ def _timeout():
         raise NativeCompileError("REVTAPE_NATIVE_TIMEOUT must be a number of seconds") from None
 
 
-def load(code, ints, layout, out_len=1, auto=False):
+def load(code, ints, layout, auto=False):
     """The native library for this program: from memory, from the disk cache, or
     built now.  Returns (table address, path, seconds spent compiling or 0.0).
     auto=True (the builder thread): a program whose build failed before in
@@ -449,13 +668,13 @@ def load(code, ints, layout, out_len=1, auto=False):
         if hit is not None:
             return hit[2], hit[1], 0.0
         try:
-            return _build(code, ints, out_len, key, cc, cc_id)
+            return _build(code, ints, layout, key, cc, cc_id)
         except RevtapeError as e:
             _failed[key] = e
             raise
 
 
-def _build(code, ints, out_len, key, cc, cc_id):
+def _build(code, ints, layout, key, cc, cc_id):
     """Compile (unless the disk cache has it) and load the library of `key`."""
     import time
     global compiles
@@ -463,7 +682,7 @@ def _build(code, ints, out_len, key, cc, cc_id):
     path = d / f"revtape_{key}.so"
     spent = 0.0
     if not path.exists():
-        src = translate(code, ints, out_len)      # UnsupportedError before any compiler runs
+        src = translate(code, ints, layout)      # UnsupportedError before any compiler runs
         d.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + _timeout()
         objs = _runtime_objects(cc, cc_id, d, deadline)   # once per compiler: not counted
@@ -538,7 +757,9 @@ def _runtime_objects(cc, cc_id, d, deadline):
 
 def _layout(ct):
     prog = ct._program
-    return (prog.n_vals, prog.n_in, prog.n_grad, prog.n_fixed, prog.out_off, prog.out_len)
+    extras = tuple((int(off), int(np.prod(shape, dtype=np.int64))) for off, shape in prog.extras)
+    return (prog.n_vals, prog.n_in, prog.n_grad, prog.n_fixed, prog.out_off, prog.out_len,
+            extras)
 
 
 def _install(ct, table, path, spent):
@@ -556,7 +777,7 @@ def attach(ct):
     if why is not None:
         raise UnsupportedError(f"native=True cannot translate this program: {why}; "
                                f"use native=False")
-    table, path, spent = load(ct._code, ct._ints, _layout(ct), ct._program.out_len)
+    table, path, spent = load(ct._code, ct._ints, _layout(ct))
     _install(ct, table, path, spent)
 
 
@@ -639,7 +860,7 @@ def hot(ct):
             threading.Thread(target=_builder, args=(_queue,), name="revtape-native",
                              daemon=True).start()
     import weakref
-    _queue.put((weakref.ref(ct), ct._code, ct._ints, _layout(ct), ct._program.out_len))
+    _queue.put((weakref.ref(ct), ct._code, ct._ints, _layout(ct)))
 
 
 def _builder(q):
@@ -647,13 +868,13 @@ def _builder(q):
     never an exception to anyone; a failure leaves the VM serving, with one
     warning per kind of failure per process."""
     while True:
-        ref, code, ints, layout, out_len = q.get()
+        ref, code, ints, layout = q.get()
         ct = ref()
         if ct is None:
             continue                          # dropped while it waited
         del ct                                # a long build must not keep it alive
         try:
-            table, path, spent = load(code, ints, layout, out_len, auto=True)
+            table, path, spent = load(code, ints, layout, auto=True)
         except BaseException as e:            # noqa: BLE001 - the VM keeps serving
             ct = ref()
             if ct is not None:

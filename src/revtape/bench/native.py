@@ -14,6 +14,7 @@ in-memory cache cleared).
 """
 import argparse
 import os
+import pathlib
 import tempfile
 import time
 
@@ -49,13 +50,13 @@ def run(quick=False):
     for wl in (workloads.eight_schools(), workloads.rosenbrock_loop(n=100)):
         x = C.timing_point(wl)
         tape = rt.GradientTape(wl.f, np.ascontiguousarray(wl.x0))
-        vm = rt.compile(tape)
+        vm = rt.compile(tape, native=False)
         with tempfile.TemporaryDirectory() as d:
             old = os.environ.get("REVTAPE_CACHE_DIR")
             os.environ["REVTAPE_CACHE_DIR"] = d
             try:
                 native._loaded.clear()
-                native._runtime_objects(native.find_compiler(), __import__("pathlib").Path(d))
+                native._runtime_objects(*native._compiler(), pathlib.Path(d), time.monotonic() + 600)
                 t0 = time.perf_counter()
                 nt = rt.compile(tape, native=True)
                 cold = time.perf_counter() - t0
