@@ -59,7 +59,19 @@ def _scalar_grid(x):
         t = t + (u + v) * (u - v) + u / (v + 3.0) + abs(u) ** v + np.maximum(u, v)
         t = t + np.minimum(u, v) + np.logaddexp(u, v) + np.arctan2(u, v)
         t = t + sps.xlogy(abs(u) + 0.1, abs(v) + 0.2)
-    t = t + np.where(a > b, a * c, b * c) + np.clip(c, -0.5, 0.5)
+    return _guarded_tail(x, t + np.where(a > b, a * c, b * c) + np.clip(c, -0.5, 0.5))
+
+
+def _scalar_only(x):
+    """_scalar_grid without WHERE/CLIP: a program of the scalar generator."""
+    a, b, c = x[0], x[1], x[2]
+    t = np.exp(a) * np.log1p(abs(b)) + np.tanh(c) / (2.0 + np.cos(a)) + sps.expit(b) * c
+    t = t + np.maximum(a, b) * np.arctan2(b, c) + (a - b) ** 2 + sps.gammaln(abs(c) + 0.5)
+    return _guarded_tail(x, t)
+
+
+def _guarded_tail(x, t):
+    a, b = x[0], x[1]
     if a > -5.0:                                       # a guard
         t = t + 100.0 * (b - a ** 2) ** 2 + (1 - a) ** 2
     return t + x[3] + x[4] - x[5] + x[3] * x[4]
@@ -453,3 +465,39 @@ def test_auxiliary_outputs_of_a_native_scalar_program_are_the_vms(auto, rng):
     (entry,) = g._cache.values()
     ct = entry.variants[0].ctape
     assert _is_native(ct) and _fused(ct)
+
+
+@pytest.mark.parametrize("make", [_scalar_only, workloads.eight_schools],
+                         ids=["scalar-ops", "eight-schools"])
+def test_scalar_programs_cut_into_pieces_give_the_vms_bits(make, monkeypatch, rng):
+    """Long scalar programs are cut into pieces (separate C functions); values
+    and adjoints crossing a cut go through the arenas.  Tiny pieces here make
+    every kind of crossing happen (inputs, the output, guards, adjoints started
+    in a later piece)."""
+    monkeypatch.setattr(native, "SCALAR_CHUNK", 7)
+    if make is _scalar_only:
+        f, x0 = _scalar_only, rng.normal(size=6) * 0.7
+    else:
+        wl = make()
+        f, x0 = wl.f, wl.x0
+    tape = rt.GradientTape(f, x0)
+    vm, nt = rt.compile(tape, native=False), rt.compile(tape, native=True)
+    src = native.translate(nt._code, nt._ints, native._layout(nt))
+    assert "rtn_vgrev_1(" in src and len(nt) > 14
+    for k in range(5):
+        x = x0 + 0.1 * rng.normal(size=x0.size)
+        try:
+            v1, g1 = vm.value_and_gradient(x)
+        except rt.BranchChanged:
+            with pytest.raises(rt.BranchChanged):
+                nt.value_and_gradient(x)
+            continue
+        v2, g2 = nt.value_and_gradient(x)
+        assert _same(v1, v2) and _same(g1, g2) and _same(vm.forward(x), nt.forward(x))
+    if make is _scalar_only:                          # the guard fails in a middle piece
+        x = x0.copy()
+        x[0] = -6.0
+        for ct in (vm, nt):
+            with pytest.raises(rt.BranchChanged):
+                ct.value_and_gradient(x)
+        assert _same(vm.value_and_gradient(x0)[1], nt.value_and_gradient(x0)[1])

@@ -619,7 +619,7 @@ def _sources_digest():
 def _key(code, ints, layout, cc_id):
     h = hashlib.sha256()
     h.update(f"{NATIVE_VERSION}|{ops.OP_TABLE_HASH}|{cc_id}|{' '.join(FLAGS)}|"
-             f"{layout}|".encode())
+             f"{CHUNK}|{SCALAR_CHUNK}|{layout}|".encode())
     h.update(_sources_digest())
     h.update(np.ascontiguousarray(code, dtype=np.int32).tobytes())
     h.update(b"|")
