@@ -336,6 +336,7 @@ class _Piece:
         self.loaded = set()             # external values loaded into locals
         self.adj = set()                # adjoints this piece touches
         self.out = []
+        self.touch = []                 # adjoints touched by the statement being written
 
     def x(self, s):
         if s not in self.defined and s not in self.loaded:
@@ -345,6 +346,7 @@ class _Piece:
 
     def a(self, s):
         self.adj.add(s)
+        self.touch.append(s)
         return f"a{s}"
 
 
@@ -407,14 +409,47 @@ def _scalar_rev(P, name, fl, n, o, a, b, c, ints):
                 + (f" {A(b)} += gt * -1.0;" if fl & 2 else ""))
         return (f"if ({g} != 0.0) {{ const double t = {X(a)} - {X(b)}, gt = {g} * (2.0 * t); "
                 f"if (gt != 0.0) {{{body} }} }}")
-    # CSUM
-    terms = "".join(f" {A(e)} += {g} * 1.0;" if e >= 0 else f" {A(~e)} += {g} * -1.0;"
-                    for e in ints[c:c + n])
-    head = f" {A(a)} += {g} * 1.0;" if fl & 1 else ""
-    return f"if ({g} != 0.0) {{{head}{terms} }}"
+    # CSUM: one statement per term (the scheduler sinks each to where its
+    # adjoint is next touched; the VM's single `g != 0.0` test, repeated)
+    terms = ([f"if ({g} != 0.0) {A(a)} += {g} * 1.0;"] if fl & 1 else []) + [
+        f"if ({g} != 0.0) {A(e)} += {g} * 1.0;" if e >= 0 else
+        f"if ({g} != 0.0) {A(~e)} += {g} * -1.0;" for e in ints[c:c + n]]
+    return terms
 
 
 _STORE = re.compile(r"v\[(\d+)\] = x\1;$")
+
+
+class _Sinker:
+    """Reverse-sweep statements emitted as late as their adjoints allow.
+
+    A statement reads one final adjoint (its instruction's output: every
+    contribution to it came from later instructions, already written) and adds
+    into others.  Moving it later changes no bits as long as it stays before
+    every later statement that reads or adds into what it adds into (then each
+    accumulator sees the same additions in the same order).  Sinking shortens
+    the adjoints' live ranges: a CSUM of 99 terms would otherwise start 99
+    accumulators at once, more than the registers can hold."""
+
+    def __init__(self, out):
+        self.out = out
+        self.pending = []                            # (text, reads, writes), in order
+
+    @staticmethod
+    def _clash(p, q):
+        return bool(p[2] & (q[1] | q[2]) or q[2] & p[1])
+
+    def add(self, text, reads, writes):
+        new = (text, reads, writes)
+        keep, go = [], []
+        for p in reversed(self.pending):             # p clashes with new, or with one going
+            (go if self._clash(p, new) or any(self._clash(p, q) for q in go) else keep).append(p)
+        self.out.extend(p[0] for p in reversed(go))
+        self.pending = keep[::-1] + [new]
+
+    def flush_all(self):
+        self.out.extend(p[0] for p in self.pending)
+        self.pending = []
 
 
 def _translate_scalar(rows, ints, layout):
@@ -443,14 +478,21 @@ def _translate_scalar(rows, ints, layout):
         if K == 1:                                   # one function: the forward's locals
             R.loaded = fwd_bodies[0][0].loaded
         stmts = []
+        sched = _Sinker(stmts)
         for i in reversed(range(lo, hi)):
             op, n, o, a, b, c = rows[i]
             fl = (op & 0xFFFFFFFF) >> 16
             R.out = []
             st = _scalar_rev(R, names[i], fl, n, o, a, b, c, ints)
-            stmts.extend(R.out)
-            if st:
-                stmts.append(st)
+            stmts.extend(R.out)                      # value loads: at once
+            if isinstance(st, list):                 # CSUM: a statement per term
+                for t in st:
+                    m = re.match(r"if \((a\d+) != 0\.0\) (a\d+) \+=", t)
+                    sched.add(t, {int(m.group(1)[1:])}, {int(m.group(2)[1:])})
+            elif st:
+                sched.add(st, {o}, set(R.touch) - {o})
+            R.touch = []
+        sched.flush_all()
         decls = []
         for s_ in sorted(R.adj):
             init = "d[%d]" % s_ if s_ in started else ("1.0" if s_ == out_off else "0.0")
