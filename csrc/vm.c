@@ -1689,9 +1689,11 @@ int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g)
 int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g)
 {
     int st;
+    int64_t t0;
     int64_t i;
     if (p == NULL)
         return RT_BADARG;
+    t0 = rt_hot_start(p);
     if ((st = rt_begin(p, x, (w == NULL && p->out_len > 0) || (g == NULL && p->n_grad > 0)))
         == RT_BUSY)
         return st;
@@ -1704,15 +1706,17 @@ int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g
         if (st == RT_OK)
             rt_copy_grad(p, g);
     }
-    return rt_release(p, st);
+    return rt_release_hot(p, st, t0);
 }
 
 int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
 {
     int st;
+    int64_t t0;
     int64_t i;
     if (p == NULL)
         return RT_BADARG;
+    t0 = rt_hot_start(p);
     if ((st = rt_begin(p, x, J == NULL && p->out_len > 0 && p->n_grad > 0)) == RT_BUSY)
         return st;
     if (st == RT_OK) {
@@ -1727,7 +1731,7 @@ int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
                 rt_copy_grad(p, J + i * p->n_grad);
         }
     }
-    return rt_release(p, st);
+    return rt_release_hot(p, st, t0);
 }
 
 /* Seeds the tangent arena with xdot on the differentiated inputs (nan/inf
@@ -1743,8 +1747,10 @@ static int rt_seed_tangent(rt_program *p, const double *xdot)
 int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double *ydot)
 {
     int st;
+    int64_t t0;
     if (p == NULL)
         return RT_BADARG;
+    t0 = rt_hot_start(p);
     if ((st = rt_begin(p, x, (xdot == NULL && p->n_grad > 0) || (ydot == NULL && p->out_len > 0)))
         == RT_BUSY)
         return st;
@@ -1756,15 +1762,17 @@ int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double
         if (st == RT_OK && p->out_len > 0)
             memcpy(ydot, p->adj + p->out_off, (size_t)p->out_len * sizeof(double));
     }
-    return rt_release(p, st);
+    return rt_release_hot(p, st, t0);
 }
 
 int rt_jacobian_fwd(rt_program *p, const double *x, double *y, double *J)
 {
     int st;
+    int64_t t0;
     int64_t i, j;
     if (p == NULL)
         return RT_BADARG;
+    t0 = rt_hot_start(p);
     if ((st = rt_begin(p, x, J == NULL && p->out_len > 0 && p->n_grad > 0)) == RT_BUSY)
         return st;
     if (st == RT_OK) {
@@ -1779,7 +1787,7 @@ int rt_jacobian_fwd(rt_program *p, const double *x, double *y, double *J)
                 J[i * p->n_grad + j] = p->adj[p->out_off + i];
         }
     }
-    return rt_release(p, st);
+    return rt_release_hot(p, st, t0);
 }
 
 /* ------------------------------------------------------------------ batched replay

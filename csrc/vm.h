@@ -58,7 +58,8 @@ enum {
     RT_NONFINITE = 5,      /* reserved: no longer returned (nan/inf are values) */
     RT_CALLBACK_FAILED = 6, /* a PYCALL callback returned non-zero (the caller holds the error) */
     RT_OK_HOT = 7          /* RT_OK, and this call spent the native tier's hot budget (see
-                              hot_calls below): rt_value_and_grad / rt_forward only */
+                              hot_calls below): rt_value_and_grad, rt_forward, rt_vjp,
+                              rt_jacobian, rt_jvp, rt_jacobian_fwd only */
 };
 
 enum { RT_CB_FORWARD = 0, RT_CB_REVERSE = 1, RT_CB_TANGENT = 2 };
@@ -106,8 +107,8 @@ typedef struct rt_program {
     int32_t guarded;      /* written by rt_verify: the program has a guard */
     int64_t failed_pc;    /* instruction of the failed guard (diagnostics only) */
     const rt_native *native; /* NULL: the VM runs every sweep; set with rt_set_native */
-    /* native="auto": while hot_max_calls > 0, rt_value_and_grad and rt_forward
-     * count calls in hot_calls and, every 32nd call, measure the replay
+    /* native="auto": while hot_max_calls > 0, the entry points listed at
+     * RT_OK_HOT count calls in hot_calls and, every 32nd call, measure the replay
      * (hot_ns estimates the time spent replaying); the call that reaches
      * hot_max_calls or hot_max_ns returns RT_OK_HOT and disarms the count.
      * Written only by the thread that owns the program (busy). */

@@ -501,3 +501,19 @@ def test_scalar_programs_cut_into_pieces_give_the_vms_bits(make, monkeypatch, rn
             with pytest.raises(rt.BranchChanged):
                 ct.value_and_gradient(x)
         assert _same(vm.value_and_gradient(x0)[1], nt.value_and_gradient(x0)[1])
+
+
+def test_auto_counts_hessian_and_tangent_calls(auto, rng):
+    c = 0.321 + os.getpid() % 1000 / 1e7
+    f = lambda x: np.sum(np.sin(x) * x[::-1]) + c * x[0] * x[1] ** 2
+    x = rng.normal(size=3)
+    ht = rt.compile(rt.HessianTape(f, x))
+    hvm = rt.compile(rt.HessianTape(f, x), native=False)
+    for k in range(8):
+        xk = x + 0.1 * k
+        assert _same(ht.hessian(xk), hvm.hessian(xk))
+        if k == 5:
+            assert ht.native_state == "compiling" and ht.wait_native(600)
+    assert _is_native(ht)
+    v = rng.normal(size=3)
+    assert _same(ht.hvp(x, v), hvm.hvp(x, v))
