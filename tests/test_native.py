@@ -216,9 +216,15 @@ def test_deepcopy_and_pickle_of_a_native_tape(rng):
         assert _same(v, v2) and _same(g, g2)
 
 
-def test_two_processes_compiling_one_program_at_once_share_the_entry(tmp_path):
-    # Both find the cache empty and build; each publishes by an atomic rename,
-    # so both load a whole library and agree bit for bit.
+def test_two_processes_compiling_one_program_at_once_share_the_entry(cache, tmp_path):
+    # Both find the program missing from the cache and build it; each
+    # publishes by an atomic rename, so both load a whole library and agree
+    # bit for bit.  The runtime objects (kernels.c: slow to compile) are
+    # copied in from the module's cache: the program is what is raced here.
+    import shutil
+    import time
+    for obj in native._runtime_objects(*native._compiler(), cache, time.monotonic() + 600):
+        shutil.copy(obj, tmp_path)
     code = ("import numpy as np, revtape as rt\n"
             "t = rt.compile(rt.GradientTape(lambda x: np.cos(x[0]) * x[1] - 0.987654,"
             " np.array([0.3, 0.4])), native=True)\n"
