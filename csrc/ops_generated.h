@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "48c2e200aba6d907"
+#define RT_OP_TABLE_HASH "42b2444b491b0694"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -149,7 +149,9 @@
     X(AXPY) \
     X(SQDIFF) \
     X(CSUM) \
-    X(PYCALL)
+    X(PYCALL) \
+    X(GAXPY) \
+    X(SSD)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */
 #define RT_UNARY(X) \

@@ -218,6 +218,8 @@ class CompiledTape:
                 name, ", ".join(f"@{v}" for v in (a, b, c)[:_arity(name)]))
             if name.startswith("REDUCE_"):
                 operands = f"@{a}, segment {b}"
+            if name == "GAXPY":                       # a[idx] + b*z, z's offset in ints[c]
+                operands = f"@{a}[ints {c + 2}..], @{b}, @{self._ints[c]}"
             if name.lower() in ops.LINALG_OPS:
                 nn, mm, bits, scratch = self._ints[c:c + 4].tolist()
                 operands = (f"@{a}" + (f", @{b}" if name in ("TRISOLVE", "SOLVE") else "")
@@ -230,7 +232,7 @@ class CompiledTape:
                                                               for off, size, _ in args)
                 operands += "  ; calls back into Python"
             adj = f"  adj {flags:03b}" if flags else ""
-            width = 1 if name == "CSUM" else n       # CSUM's n counts its terms
+            width = 1 if name in ("CSUM", "SSD") else n   # CSUM's n counts terms, SSD's elements
             lines.append(f"{k:5d}  @{out}[{width}] = {name}({operands}){adj}")
         return "\n".join(lines)
 
@@ -1333,7 +1335,7 @@ def _grad_shapes(prog, n_grad_inputs):
 def _arity(name):
     if name.startswith("WHERE") or name in ("CLIP", "AXPY"):
         return 3
-    if name.endswith(("_VV", "_VS", "_SV")) or name == "SQDIFF":
+    if name.endswith(("_VV", "_VS", "_SV")) or name in ("SQDIFF", "SSD"):
         return 2
     return 1
 

@@ -865,7 +865,13 @@ BINARY_VARIANTS = ("VV", "VS", "SV")
 # a run of scalar `s = s + t` / `s = s - t` as one instruction (CppAD's
 # cumulative sum: how scalar code adds up its terms).
 VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF", "CSUM",
-             "PYCALL")
+             "PYCALL",
+             # GAXPY = a[idx] + b*z: AXPY whose first operand is a gather (a
+             # regression's per-group intercept plus slope times covariate)
+             "GAXPY",
+             # SSD = np.sum((a - b)**2): REDUCE_SUM of a whole SQDIFF, pairwise
+             # like numpy, the squares never stored
+             "SSD")
 
 
 def _vm_opcodes():

@@ -209,7 +209,13 @@ class Tracked:
                 "value. " + (
                     f"Use {ours}, revtape's version, which works on tracked and plain values."
                     if ours else "Express it with numpy functions, rt.special or rt.stats."))
-        raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
+        # np.array([t1, 2.0]) lands here too: numpy's np.array has no dispatch
+        # hook and always returns a plain ndarray, so name the builders that record
+        raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". To build an array from "
+                              "a list holding tracked values (np.array([t1, 2.0]), "
+                              "np.asarray, nested lists) use rt.array([t1, 2.0]), or "
+                              "np.stack/np.concatenate with a tracked element, which record it. "
+                              "(Functions that call "
                               "np.asarray internally cannot be traced; for scipy.special's "
                               "logsumexp and polygamma use rt.special.logsumexp/polygamma; for "
                               "scipy.linalg's solve_triangular, cholesky, cho_factor, cho_solve, "
