@@ -523,3 +523,15 @@ def test_auto_counts_hessian_and_tangent_calls(auto, rng):
     assert _is_native(ht)
     v = rng.normal(size=3)
     assert _same(ht.hvp(x, v), hvm.hvp(x, v))
+
+
+def test_auto_without_the_c_sources_is_the_vm_without_a_warning(auto, tmp_path):
+    import warnings
+    auto.setattr(native, "CSRC", tmp_path / "no-csrc")          # as in an installed wheel
+    x = np.array([0.3, 0.4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ct = rt.compile(rt.GradientTape(_fresh(11), x))
+        for _ in range(8):
+            ct.value_and_gradient(x)
+    assert ct.native_state == "off"

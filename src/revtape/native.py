@@ -1,27 +1,30 @@
-"""The native tier: a verified program translated to straight-line C.
+"""The native tier: a verified program translated to C, compiled by the system
+compiler, and installed under the VM's entry points (README: Native tier).
 
-``rt.compile(tape, native=True)`` hands the verified instruction words to
-``translate``, which writes one C statement block per instruction, with every
-offset a literal.  The expressions are not rewritten here: the generated file
-includes csrc/ops_generated.h and turns each X-macro row into a static inline
-function (``nf_EXP``, ``ndx_POW`` ...), so a native EXP evaluates the very
-expression the VM's EXP case evaluates, under the same compiler flags plus
+``rt.compile(tape, native=True)`` builds it now; ``native="auto"`` (the
+default) arms a call/time budget counted in C (arm), and the call that spends
+it (status RT_OK_HOT) queues a build for one background thread (hot,
+_builder), which installs the sweeps with rt_set_native, an atomic store.
+
+``translate`` writes one C statement block per instruction, every offset a
+literal.  The expressions are not rewritten: the generated file includes
+csrc/ops_generated.h and turns each X-macro row into a static inline function
+(``nf_EXP``, ``ndx_POW`` ...), so a native EXP evaluates the very expression
+the VM's EXP case evaluates, under the same compiler flags plus
 -ffp-contract=off (no fused multiply-add the VM would not do).  Array
-instructions call the VM's own kernels (csrc/kernels.c, linked in).  Results
-are therefore bit for bit those of the VM; the tests check it.
+instructions call the VM's own kernels (csrc/kernels.c, linked in);
+instructions without a translation here run the VM's own sweep over their
+range (rtn_vm_fwd / rtn_vm_rev).  Scalar programs get a fused value_and_grad
+with C locals (_translate_scalar).  Results are therefore bit for bit those of
+the VM; tests/test_native.py checks it.
 
 The library reads and writes only the program's arenas, through the
 ``rt_program`` it is given: it holds no pointer of its own, never calls back
-into Python, and is content-addressed (its file name is a hash of the words,
-the side table, the arena layout, the C sources, the compiler and the flags),
-so every CompiledTape with the same program -- a deep copy, an unpickled copy,
-another process -- may share one loaded library.
-
-Not translated (``UnsupportedError`` naming the opcode; the VM keeps serving
-``native=False`` tapes): REDUCE_MAX/MIN/PROD/LOGSUMEXP, MATMUL, the linear
-algebra kernels, PYCALL (custom primitives call back into Python), and
-Hessian programs.  Tangent sweeps, jacobians, VJPs and batched replays always
-run on the VM, over the same arenas.
+into Python (programs with PYCALL stay on the VM), and is content-addressed
+(its file name is a hash of the words, the side table, the arena layout, the
+C sources, the compiler, the flags and the piece sizes), so every
+CompiledTape with the same program -- a deep copy, an unpickled copy, another
+process -- may share one loaded library.
 """
 import hashlib
 import os
@@ -880,7 +883,9 @@ def arm(ct):
     compiles in the background (hot)."""
     import time
     ct._native_event = threading.Event()
-    if not auto_enabled() or untranslatable(ct._code) is not None:
+    # An installation without revtape's C sources (a wheel) has no native
+    # tier to offer: "auto" is the VM there, without a warning.
+    if not auto_enabled() or not CSRC.is_dir() or untranslatable(ct._code) is not None:
         ct._native_state = "off"
         ct._native_event.set()
         return
