@@ -119,9 +119,9 @@ def _shp(v):
 class _Lowering:
     def __init__(self, tape, guards, n_grad):
         self.tape = tape
-        self.vals = tape._vals
+        self.vals = tape.values
         self.guards_on = guards
-        self.n_grad = len(tape._inputs) if n_grad is None else n_grad
+        self.n_grad = len(tape.input_ids) if n_grad is None else n_grad
         self.words = _Words()
         self.ints = []
         self.const_vals = []
@@ -137,18 +137,18 @@ class _Lowering:
     # ------------------------------------------------ analysis
     def analyse(self):
         tape = self.tape
-        inputs = [t._id for t in tape._inputs]
+        inputs = list(tape.input_ids)
         dep = set(inputs)                          # depends on an input: recomputed per replay
         adj = set(inputs[:self.n_grad])            # leads back to a differentiated input
         # isdisjoint: the membership tests run in C (a generator expression
         # per instruction cost more than everything else in this loop)
         dep_free, adj_free = dep.isdisjoint, adj.isdisjoint
-        for op, out, args, params in tape._instrs:
+        for op, out, args, params in tape.instructions:
             if out >= 0 and not dep_free(args):
                 dep.add(out)
                 if op.diff and not adj_free(args):
                     adj.add(out)
-        roots = {tape._output._id}
+        roots = {tape.output_id}
         if getattr(tape, "_value_id", None) is not None:
             roots.add(tape._value_id)
         # extra outputs (rt.grad's has_aux values): kept, with their own slots,
@@ -158,7 +158,7 @@ class _Lowering:
         live = set(roots)
         kept = []
         live_update, guards_on = live.update, self.guards_on
-        for instr in reversed(tape._instrs):
+        for instr in reversed(tape.instructions):
             op, out, args, params = instr
             if op is _GUARD:
                 if not guards_on or dep_free(args):
@@ -175,9 +175,9 @@ class _Lowering:
     def layout(self):
         off = 0
         self.input_layout = []
-        for t in self.tape._inputs:
-            v = self.vals[t._id]
-            self.offset[t._id] = off
+        for nid in self.tape.input_ids:
+            v = self.vals[nid]
+            self.offset[nid] = off
             self.input_layout.append((off, tuple(_shp(v)), type(v) is float))
             off += _size(_shp(v))
         self.n_in = off
@@ -189,7 +189,7 @@ class _Lowering:
             for a in args:
                 if a not in self.dep and a not in self.offset:
                     self.offset[a] = self._const(self.vals[a])
-        for r in (self.tape._output._id, getattr(self.tape, "_value_id", None),
+        for r in (self.tape.output_id, getattr(self.tape, "_value_id", None),
                   *getattr(self.tape, "_extra_ids", ())):
             if r is not None and r not in self.dep and r not in self.offset:
                 self.offset[r] = self._const(self.vals[r])
@@ -688,7 +688,7 @@ class _Lowering:
 
     def program(self):
         tape = self.tape
-        out_id = tape._output._id
+        out_id = tape.output_id
         code = self.words.to_numpy()
         if code.size and (code.max() > np.iinfo(np.int32).max or self.next_free > 2**31 - 1):
             raise UnsupportedError("the tape is too large for 32-bit offsets")
@@ -703,7 +703,7 @@ class _Lowering:
             guards=self.guard_list, value_off=self.offset[vid] if vid is not None else -1,
             extras=[(self.offset[i], tuple(_shp(self.vals[i])))
                     for i in getattr(tape, "_extra_ids", ())],
-            stats={"tape_instructions": len(tape._instrs), "kept": len(self.kept),
+            stats={"tape_instructions": len(tape.instructions), "kept": len(self.kept),
                    "program_instructions": len(self.words),
                    "callback_instructions": len(self.callbacks)},
             callbacks=list(self.callbacks))
