@@ -668,10 +668,13 @@ _digest = None
 
 
 def _sources_digest():
+    """Hash of the C the generated code is built from: the compiled runtime
+    sources and every header under csrc/ (whatever a header includes is in it)."""
     global _digest
     if _digest is None:
         h = hashlib.sha256()
-        for name in _SOURCES:
+        names = sorted({*_SOURCES, *(str(f.relative_to(CSRC)) for f in CSRC.rglob("*.h"))})
+        for name in names:
             h.update(name.encode() + b"\0" + (CSRC / name).read_bytes())
         _digest = h.digest()
     return _digest
