@@ -287,7 +287,8 @@ enum {
     RT_BADARG = 4,          /* e.g. value_and_grad on a non-scalar output */
     RT_NONFINITE = 5,       /* reserved: no longer returned (nan/inf are values) */
     RT_CALLBACK_FAILED = 6, /* a PYCALL callback returned non-zero (the caller holds the error) */
-    RT_BAD_INDEX = 7        /* a GATHER_IDX index value is not an integer in range */
+    RT_BAD_INDEX = 7,       /* a GATHER_IDX index value is not an integer in range */
+    RT_OK_HOT = 8           /* RT_OK, and this call spent the native tier's hot budget (vm.h: hot_calls) */
 };
 /* ---- end of ABI constants ---- */
 

@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "vm.h"
 #include "ops_generated.h"
@@ -155,14 +156,16 @@ int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys
     }
 #define FWD_LINALG(NAME) VM_CASE(NAME) { rt_linalg_forward(RT_OP_##NAME, v, ints + c, o, a, b); VM_NEXT; }
 
-RT_HOT static int rt_run_forward(rt_program *p)
+/* Instructions [lo, hi): the whole program, or a range the native tier
+ * leaves to the VM (rt_vm_forward_range). */
+RT_HOT static int rt_run_forward_range(rt_program *p, int64_t lo, int64_t hi)
 {
     const int32_t *const code = p->code;
     const int32_t *const ints = p->ints;
     double *const v = p->vals;
-    const int64_t n_instr = p->n_instr;
+    const int64_t n_instr = hi;
     const int32_t *w;
-    int64_t pc = -1, n, o, a, b, c;
+    int64_t pc = lo - 1, n, o, a, b, c;
 #if RT_COMPUTED_GOTO
     static const void *const vm_labels[RT_NUM_OPS] = { RT_OPCODES(RT_LABEL_) };
 #endif
@@ -255,7 +258,7 @@ vm_next:
 
 /* One reverse sweep over p; adj must be zeroed and seeded by the caller.
  * Returns RT_OK, or RT_CALLBACK_FAILED when a PYCALL's callback failed. */
-RT_HOT static int rt_run_reverse(const rt_program *p)
+RT_HOT static int rt_run_reverse_range(const rt_program *p, int64_t lo, int64_t hi)
 {
     const int32_t *const code = p->code;
     const int32_t *const ints = p->ints;
@@ -263,13 +266,13 @@ RT_HOT static int rt_run_reverse(const rt_program *p)
     double *const d = p->adj;
     const int32_t *w;
     uint32_t fl;
-    int64_t pc = p->n_instr, n, o, a, b, c;
+    int64_t pc = hi, n, o, a, b, c;
 #if RT_COMPUTED_GOTO
     static const void *const vm_labels[RT_NUM_OPS] = { RT_OPCODES(RT_LABEL_) };
 #endif
 
 vm_next:
-    if (pc-- <= 0)
+    if (pc-- <= lo)
         return RT_OK;
     w = code + pc * RT_WORDS;
     fl = (uint32_t)w[0] >> RT_FLAGS_SHIFT;
@@ -606,6 +609,100 @@ static int rt_release(rt_program *p, int status)
     return status;
 }
 
+static int rt_hot_tick(rt_program *p, int st, int64_t t0);
+
+/* rt_release for the two entry points native="auto" counts. */
+static int rt_release_hot(rt_program *p, int status, int64_t t0)
+{
+    int ret = rt_hot_tick(p, status, t0);
+    rt_release(p, status);
+    return ret;
+}
+
+/* ------------------------------------------------------------------ native tier
+ * The sweeps every entry point runs: the native tier's when one is
+ * installed (p->native, read once per sweep with an acquire load, so a swap
+ * on another thread is seen whole), else the VM's. */
+
+static const rt_native *rt_native_of(const rt_program *p)
+{
+    return __atomic_load_n(&p->native, __ATOMIC_ACQUIRE);
+}
+
+static int rt_run_forward(rt_program *p)
+{
+    const rt_native *nat = rt_native_of(p);
+    if (nat != NULL && nat->forward != NULL)
+        return nat->forward(p);
+    return rt_run_forward_range(p, 0, p->n_instr);
+}
+
+static int rt_run_reverse(rt_program *p)
+{
+    const rt_native *nat = rt_native_of(p);
+    if (nat != NULL && nat->reverse != NULL)
+        return nat->reverse(p);
+    return rt_run_reverse_range(p, 0, p->n_instr);
+}
+
+void rt_set_native(rt_program *p, const rt_native *n)
+{
+    if (p != NULL)
+        __atomic_store_n(&p->native, n, __ATOMIC_RELEASE);
+}
+
+int rt_vm_forward_range(rt_program *p, int64_t lo, int64_t hi)
+{
+    if (p == NULL || lo < 0 || hi < lo || hi > p->n_instr
+        || !__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        return RT_BADARG;
+    return rt_run_forward_range(p, lo, hi);
+}
+
+int rt_vm_reverse_range(rt_program *p, int64_t lo, int64_t hi)
+{
+    if (p == NULL || lo < 0 || hi < lo || hi > p->n_instr
+        || !__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        return RT_BADARG;
+    return rt_run_reverse_range(p, lo, hi);
+}
+
+/* native="auto" counts calls and samples replay time (one call in 32 is
+ * timed, its time counted 32 times): cheap enough for every call.  Both run
+ * while the caller owns the program. */
+#define RT_HOT_SAMPLE 32
+
+static int64_t rt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t rt_hot_start(const rt_program *p)
+{
+    /* read before the call owns p: relaxed loads, a stale value costs one sample */
+    return (__atomic_load_n(&p->hot_max_calls, __ATOMIC_RELAXED) > 0
+            && __atomic_load_n(&p->hot_calls, __ATOMIC_RELAXED) % RT_HOT_SAMPLE == 0)
+        ? rt_now_ns() : -1;
+}
+
+static int rt_hot_tick(rt_program *p, int st, int64_t t0)
+{
+    if (p->hot_max_calls <= 0)
+        return st;
+    __atomic_store_n(&p->hot_calls, p->hot_calls + 1, __ATOMIC_RELAXED);
+    if (t0 >= 0)
+        p->hot_ns += (rt_now_ns() - t0) * RT_HOT_SAMPLE;
+    if (p->hot_calls >= p->hot_max_calls || p->hot_ns >= p->hot_max_ns) {
+        /* once: the caller starts the compile */
+        __atomic_store_n(&p->hot_max_calls, 0, __ATOMIC_RELAXED);
+        if (st == RT_OK)
+            return RT_OK_HOT;
+    }
+    return st;
+}
+
 /* Copies x in (unless NULL) and runs the forward sweep; the caller holds busy
  * and has checked `verified` (rt_begin). */
 static int rt_forward_locked(rt_program *p, const double *x)
@@ -637,7 +734,8 @@ static void rt_save_io(rt_program *p, int restore)
  * copy x in and run the forward sweep.  On RT_BUSY the program was not
  * taken: return at once, without rt_release.  A refused replay fills r (if
  * not NULL) before the previous replay's values are put back. */
-static int rt_begin_report(rt_program *p, const double *x, int missing, rt_report *r)
+static int rt_begin_sweep(rt_program *p, const double *x, int missing, rt_report *r,
+                          int (*fused)(rt_program *))
 {
     int st;
     if (!rt_acquire(p))
@@ -648,7 +746,12 @@ static int rt_begin_report(rt_program *p, const double *x, int missing, rt_repor
         return RT_BADARG;
     if (p->guarded)
         rt_save_io(p, 0);
-    st = rt_forward_locked(p, x);
+    if (fused != NULL) {                    /* a native value_and_grad: forward and reverse */
+        if (x != NULL && p->n_in > 0)
+            memcpy(p->vals, x, (size_t)p->n_in * sizeof(double));
+        st = fused(p);
+    } else
+        st = rt_forward_locked(p, x);
     if (st != RT_OK && p->guarded) {
         if (st == RT_GUARD_FAILED && r != NULL) {
             const int32_t *w = p->code + p->failed_pc * RT_WORDS;
@@ -659,6 +762,11 @@ static int rt_begin_report(rt_program *p, const double *x, int missing, rt_repor
         rt_save_io(p, 1);
     }
     return st;
+}
+
+static int rt_begin_report(rt_program *p, const double *x, int missing, rt_report *r)
+{
+    return rt_begin_sweep(p, x, missing, r, NULL);
 }
 
 static int rt_begin(rt_program *p, const double *x, int missing)
@@ -702,13 +810,15 @@ static void rt_copy_grad(const rt_program *p, double *g)
 int rt_forward(rt_program *p, const double *x, double *y)
 {
     int st;
+    int64_t t0;
     if (p == NULL)
         return RT_BADARG;
+    t0 = rt_hot_start(p);
     if ((st = rt_begin(p, x, 0)) == RT_BUSY)
         return st;
     if (st == RT_OK)
         rt_copy_out(p, y);
-    return rt_release(p, st);
+    return rt_release_hot(p, st, t0);
 }
 
 int rt_forward_report(rt_program *p, const double *x, double *y, int64_t pick, rt_report *r)
@@ -746,28 +856,37 @@ int rt_read_io(rt_program *p, double *x, double *y)
 int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g)
 {
     int st;
+    int64_t t0;
+    const rt_native *nat;
+    int (*fused)(rt_program *);
     if (p == NULL || value == NULL)
         return RT_BADARG;
-    if ((st = rt_begin(p, x, p->out_len != 1 || (g == NULL && p->n_grad > 0))) == RT_BUSY)
+    t0 = rt_hot_start(p);
+    nat = rt_native_of(p);
+    fused = nat != NULL ? nat->value_and_grad : NULL;
+    if ((st = rt_begin_sweep(p, x, p->out_len != 1 || (g == NULL && p->n_grad > 0), NULL, fused))
+        == RT_BUSY)
         return st;
-    if (st == RT_OK) {
+    if (st == RT_OK && fused == NULL) {
         rt_zero_adj_rev(p);
         p->adj[p->out_off] = 1.0;
         st = rt_run_reverse(p);
-        if (st == RT_OK) {
-            rt_copy_grad(p, g);
-            *value = p->vals[p->out_off];
-        }
     }
-    return rt_release(p, st);
+    if (st == RT_OK) {
+        rt_copy_grad(p, g);
+        *value = p->vals[p->out_off];
+    }
+    return rt_release_hot(p, st, t0);
 }
 
 int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g)
 {
     int st;
+    int64_t t0;
     int64_t i;
     if (p == NULL)
         return RT_BADARG;
+    t0 = rt_hot_start(p);
     if ((st = rt_begin(p, x, (w == NULL && p->out_len > 0) || (g == NULL && p->n_grad > 0)))
         == RT_BUSY)
         return st;
@@ -780,15 +899,17 @@ int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g
         if (st == RT_OK)
             rt_copy_grad(p, g);
     }
-    return rt_release(p, st);
+    return rt_release_hot(p, st, t0);
 }
 
 int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
 {
     int st;
+    int64_t t0;
     int64_t i;
     if (p == NULL)
         return RT_BADARG;
+    t0 = rt_hot_start(p);
     if ((st = rt_begin(p, x, J == NULL && p->out_len > 0 && p->n_grad > 0)) == RT_BUSY)
         return st;
     if (st == RT_OK) {
@@ -803,7 +924,7 @@ int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
                 rt_copy_grad(p, J + i * p->n_grad);
         }
     }
-    return rt_release(p, st);
+    return rt_release_hot(p, st, t0);
 }
 
 /* Seeds the tangent arena with xdot on the differentiated inputs (nan/inf
@@ -819,8 +940,10 @@ static int rt_seed_tangent(rt_program *p, const double *xdot)
 int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double *ydot)
 {
     int st;
+    int64_t t0;
     if (p == NULL)
         return RT_BADARG;
+    t0 = rt_hot_start(p);
     if ((st = rt_begin(p, x, (xdot == NULL && p->n_grad > 0) || (ydot == NULL && p->out_len > 0)))
         == RT_BUSY)
         return st;
@@ -832,15 +955,17 @@ int rt_jvp(rt_program *p, const double *x, const double *xdot, double *y, double
         if (st == RT_OK && p->out_len > 0)
             memcpy(ydot, p->adj + p->out_off, (size_t)p->out_len * sizeof(double));
     }
-    return rt_release(p, st);
+    return rt_release_hot(p, st, t0);
 }
 
 int rt_jacobian_fwd(rt_program *p, const double *x, double *y, double *J)
 {
     int st;
+    int64_t t0;
     int64_t i, j;
     if (p == NULL)
         return RT_BADARG;
+    t0 = rt_hot_start(p);
     if ((st = rt_begin(p, x, J == NULL && p->out_len > 0 && p->n_grad > 0)) == RT_BUSY)
         return st;
     if (st == RT_OK) {
@@ -855,7 +980,7 @@ int rt_jacobian_fwd(rt_program *p, const double *x, double *y, double *J)
                 J[i * p->n_grad + j] = p->adj[p->out_off + i];
         }
     }
-    return rt_release(p, st);
+    return rt_release_hot(p, st, t0);
 }
 
 /* ------------------------------------------------------------------ batched replay
@@ -964,11 +1089,4 @@ int rt_batch_soa(rt_program *pw, int64_t n_in, int64_t n_grad, int64_t out_off,
     if (row != NULL)
         *row = st == RT_OK ? k : 0;
     return rt_release(pw, st);
-}
-
-int rt_call_native(rt_native_fn fn, rt_program *p, const double *x, double *a, double *b)
-{
-    if (fn == NULL || p == NULL)
-        return RT_BADARG;
-    return fn(p, x, a, b);
 }

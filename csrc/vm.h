@@ -40,7 +40,8 @@
 
 /* RT_WORDS, RT_OPCODE_MASK, RT_FLAGS_SHIFT and the statuses RT_OK,
  * RT_GUARD_FAILED (failed_guard holds the guard number), RT_BUSY,
- * RT_UNVERIFIED, RT_BADARG, RT_NONFINITE (reserved), RT_CALLBACK_FAILED are
+ * RT_UNVERIFIED, RT_BADARG, RT_NONFINITE (reserved), RT_CALLBACK_FAILED,
+ * RT_BAD_INDEX, RT_OK_HOT are
  * generated from src/revtape/isa.py, like each opcode's operand layout. */
 #include "ops_generated.h"
 
@@ -49,6 +50,25 @@ enum { RT_CB_FORWARD = 0, RT_CB_REVERSE = 1, RT_CB_TANGENT = 2 };
 /* A PYCALL callback: a plain C function pointer and an opaque context (the
  * VM never looks inside it); returns 0 on success. */
 typedef int (*rt_callback)(void *ctx, int32_t mode, int64_t pc);
+
+struct rt_program;
+
+/* The native tier (src/revtape/native.py): sweeps of one program translated
+ * to C and compiled into a shared library, installed with rt_set_native.
+ * Every sweep has the VM's contract over the same arenas, and gives the VM's
+ * bits.  NULL members are run by the VM.
+ *   forward:        rt_forward's sweep (inputs already in vals); sets
+ *                   failed_guard / failed_pc on RT_GUARD_FAILED
+ *   reverse:        one reverse sweep, adj zeroed and seeded by the caller
+ *   value_and_grad: forward, then the reverse sweep seeded with 1 on the
+ *                   scalar output; leaves the gradient in adj[0, n_grad) (the
+ *                   other adjoints are scratch).  It writes adj only after
+ *                   the forward sweep succeeded. */
+typedef struct rt_native {
+    int (*forward)(struct rt_program *p);
+    int (*reverse)(struct rt_program *p);
+    int (*value_and_grad)(struct rt_program *p);
+} rt_native;
 
 typedef struct rt_program {
     const int32_t *code;  int64_t n_instr;
@@ -69,6 +89,14 @@ typedef struct rt_program {
     int64_t n_callbacks;  /* PYCALL slots are 0 .. n_callbacks - 1 */
     int32_t guarded;      /* written by rt_verify: the program has a guard */
     int64_t failed_pc;    /* instruction of the failed guard (diagnostics only) */
+    const rt_native *native; /* NULL: the VM runs every sweep; set with rt_set_native */
+    /* native="auto": while hot_max_calls > 0, the entry points listed at
+     * RT_OK_HOT count calls in hot_calls and, every 32nd call, measure the replay
+     * (hot_ns estimates the time spent replaying); the call that reaches
+     * hot_max_calls or hot_max_ns returns RT_OK_HOT and disarms the count.
+     * Written only by the thread that owns the program (busy). */
+    int64_t hot_calls;    int64_t hot_max_calls;
+    int64_t hot_ns;       int64_t hot_max_ns;
 } rt_program;
 
 /* What a caller must read while its call still owns the program (once busy
@@ -148,12 +176,17 @@ int rt_batch_soa(rt_program *pw, int64_t n_in, int64_t n_grad, int64_t out_off,
                  int32_t with_grad, const uint8_t *first, const int32_t *zero, int64_t n_zero,
                  int64_t k, const double *X, double *values, double *G, int64_t *row);
 
-/* The native tier (src/revtape/native.py): an entry point of a generated
- * library (rtn_value_and_grad: x, value, g; rtn_forward: x, y, unused), same
- * contract as rt_value_and_grad / rt_forward, called through here so that a
- * replay costs one API-mode cffi call instead of a libffi call. */
-typedef int (*rt_native_fn)(rt_program *p, const double *x, double *a, double *b);
-int rt_call_native(rt_native_fn fn, rt_program *p, const double *x, double *a, double *b);
+/* Installs a native tier (NULL: back to the VM) with an atomic release
+ * store: a replay running on another thread finishes with the sweeps it
+ * started with, the next one uses n.  n must stay valid while p lives. */
+void rt_set_native(rt_program *p, const rt_native *n);
+
+/* The VM's sweeps over instructions [lo, hi) of a verified program, for
+ * generated code that leaves some instructions to the VM: forward runs lo ..
+ * hi-1, reverse hi-1 .. lo.  The caller owns the program.  RT_BADARG when
+ * the range is not inside the program or p was not verified. */
+int rt_vm_forward_range(rt_program *p, int64_t lo, int64_t hi);
+int rt_vm_reverse_range(rt_program *p, int64_t lo, int64_t hi);
 
 /* Hash of the op table this VM was generated from (see ops_generated.h). */
 const char *rt_op_table_hash(void);

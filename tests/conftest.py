@@ -1,7 +1,23 @@
 """Shared helpers for the core tests: a seeded RNG and a finite-difference gradient check."""
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import pytest
+
+# rt.compile's default native="auto" would start C compiler processes in the
+# background whenever a test replays a tape often: the suite runs on the VM
+# (deterministic, no compiler needed) unless REVTAPE_NATIVE is set, and
+# tests/test_native.py turns the native tier on where it tests it.  Any
+# native library the suite builds goes to a private cache, not ~/.cache.
+os.environ.setdefault("REVTAPE_NATIVE", "0")
+if "REVTAPE_CACHE_DIR" not in os.environ:
+    _cache = tempfile.mkdtemp(prefix="revtape-test-cache-")
+    os.environ["REVTAPE_CACHE_DIR"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 import revtape as rt
 

@@ -27,9 +27,11 @@ __version__ = "0.1.0"
 from .structure import array  # noqa: E402  (rt.array: lists mixing tracked values and floats)
 
 
-def compile(tape, guards=True, native=False):
+def compile(tape, guards=True, native="auto"):
     """Lower a finished tape into a flat C program: a CompiledTape.  native=True also
-    translates it to C compiled by the system compiler (README: Native tier)."""
+    translates it to C compiled by the system compiler now; "auto" (the default)
+    replays on the VM and switches to native code in the background once the tape
+    is hot; False is the VM only (README: Native tier)."""
     from .compiled import CompiledTape
     return CompiledTape(tape, guards=guards, native=native)
 

@@ -49,7 +49,7 @@ if ffi.string(lib.rt_op_table_hash()).decode() != ops.OP_TABLE_HASH:  # pragma: 
 
 # The VM's statuses as the extension defines them (generated from isa.STATUSES).
 (RT_OK, RT_GUARD_FAILED, RT_BUSY, RT_UNVERIFIED, RT_BADARG, RT_NONFINITE, RT_CALLBACK_FAILED,
- RT_BAD_INDEX) = (getattr(lib, "RT_" + _name) for _name, _ in isa.STATUSES)
+ RT_BAD_INDEX, RT_OK_HOT) = (getattr(lib, "RT_" + _name) for _name, _ in isa.STATUSES)
 _F64 = np.dtype(np.float64)
 _ND = np.ndarray
 _empty = np.empty
@@ -67,7 +67,7 @@ class CompiledTape:
     """A tape lowered to the C VM.  Same replay methods as Tape, run in C."""
 
     def __init__(self, tape, guards=True, n_grad=None, _program=None, _pickled=False,
-                 native=False):
+                 native="auto"):
         if native not in (False, True, "auto"):
             raise InputError(f"native must be False, True or 'auto', not {native!r}")
         if _program is None:
@@ -81,11 +81,18 @@ class CompiledTape:
         self._hess = None
         self._program = _program or compiler.compile_tape(tape, guards, n_grad)
         self._load(_pickled)
-        # native="auto" is, for now, the VM (README: Native tier).
-        self._native = native is True
-        if self._native:
+        # The native tier (native.py, README: Native tier): True builds it
+        # now; "auto" starts on the VM and switches when the tape is hot.
+        self._native = native
+        self._native_state = "off"
+        self._native_path = None
+        self.native_compile_seconds = 0.0
+        if native is True:
             from . import native as _native
             _native.attach(self)
+        elif native == "auto":
+            from . import native as _native
+            _native.arm(self)
 
     # ------------------------------------------------ building
     def _load(self, pickled=False):
@@ -312,6 +319,10 @@ class CompiledTape:
         call owns the program: the arena itself may already hold another
         thread's replay."""
         if status == RT_OK:
+            return
+        if status == RT_OK_HOT:          # a successful call: start the native build
+            from . import native as _native
+            _native.hot(self)
             return
         if status == RT_GUARD_FAILED:
             raise self._branch_changed(xp, report)
@@ -1000,6 +1011,24 @@ class CompiledTape:
             self._hess = CompiledTape(HessianTape._from_tape(self._tape), guards=self._guards)
         return self._hess
 
+    # ------------------------------------------------ native tier
+    @property
+    def native_state(self):
+        """Which code replays value_and_gradient, gradient and forward: "off" (the
+        VM: native=False, REVTAPE_NATIVE=0, or a program the native tier does not
+        take), "vm" (native="auto", not hot yet), "compiling" (hot: building in
+        the background), "native", or "failed" (the build failed: the VM serves,
+        with one NativeWarning)."""
+        return self._native_state
+
+    def wait_native(self, timeout=None):
+        """Wait until a native="auto" build started by this tape's hotness has
+        finished (or timeout seconds); True when native code is serving."""
+        ev = self.__dict__.get("_native_event")
+        if ev is not None and self._native_state == "compiling":
+            ev.wait(timeout)
+        return self._native_state == "native"
+
     # ------------------------------------------------ copy and pickle
     def __copy__(self):
         return self.__deepcopy__({})
@@ -1014,9 +1043,11 @@ class CompiledTape:
         return new
 
     def __reduce__(self):
-        # A native tape adds one argument (VM pickles keep their 4-tuple).
+        # A native mode other than the default ("auto") is a fifth argument;
+        # the receiving process finds or builds the native code itself.
         return (_rebuild, (self._program.to_state(), self._tape, self._guards,
-                           self._n_grad_inputs) + ((True,) if self._native else ()))
+                           self._n_grad_inputs)
+                + ((self._native,) if self._native != "auto" else ()))
 
 
 class _BoundPin:
@@ -1155,7 +1186,7 @@ def _executor(n):
         return _pool[0]
 
 
-def _rebuild(state, tape, guards, n_grad, native=False):
+def _rebuild(state, tape, guards, n_grad, native="auto"):
     # Everything here may come from an untrusted pickle: check types before use.
     if not isinstance(state, dict) or not all(type(k) is str for k in state):
         _refuse("the program state is not a dict of named fields")
@@ -1167,8 +1198,8 @@ def _rebuild(state, tape, guards, n_grad, native=False):
         _refuse(f"the tape is a {type(tape).__name__}, not a revtape Tape")
     if not isinstance(guards, bool):
         _refuse("guards is not a bool")
-    if not isinstance(native, bool):
-        _refuse("native is not a bool")
+    if not (isinstance(native, bool) or native == "auto"):
+        _refuse("native is not a bool or 'auto'")
     return CompiledTape(tape, guards=guards, n_grad=n_grad, _program=prog, _pickled=True,
                         native=native)
 

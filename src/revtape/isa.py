@@ -48,6 +48,7 @@ STATUSES = (
     ("NONFINITE", "reserved: no longer returned (nan/inf are values)"),
     ("CALLBACK_FAILED", "a PYCALL callback returned non-zero (the caller holds the error)"),
     ("BAD_INDEX", "a GATHER_IDX index value is not an integer in range"),
+    ("OK_HOT", "RT_OK, and this call spent the native tier's hot budget (vm.h: hot_calls)"),
 )
 
 N_KINDS = ("count", "count1", "expect")

@@ -1,31 +1,35 @@
-"""The native tier: a verified program translated to straight-line C.
+"""The native tier: a verified program translated to C, compiled by the system
+compiler, and installed under the VM's entry points (README: Native tier).
 
-``rt.compile(tape, native=True)`` hands the verified instruction words to
-``translate``, which writes one C statement block per instruction, with every
-offset a literal.  The expressions are not rewritten here: the generated file
-includes csrc/ops_generated.h and turns each X-macro row into a static inline
-function (``nf_EXP``, ``ndx_POW`` ...), so a native EXP evaluates the very
-expression the VM's EXP case evaluates, under the same compiler flags plus
+``rt.compile(tape, native=True)`` builds it now; ``native="auto"`` (the
+default) arms a call/time budget counted in C (arm), and the call that spends
+it (status RT_OK_HOT) queues a build for one background thread (hot,
+_builder), which installs the sweeps with rt_set_native, an atomic store.
+
+``translate`` writes one C statement block per instruction, every offset a
+literal.  The expressions are not rewritten: the generated file includes
+csrc/ops_generated.h and turns each X-macro row into a static inline function
+(``nf_EXP``, ``ndx_POW`` ...), so a native EXP evaluates the very expression
+the VM's EXP case evaluates, under the same compiler flags plus
 -ffp-contract=off (no fused multiply-add the VM would not do).  Array
-instructions call the VM's own kernels (csrc/kernels.c, linked in).  Results
-are therefore bit for bit those of the VM; the tests check it.
+instructions call the VM's own kernels (csrc/kernels.c, linked in);
+instructions without a translation here run the VM's own sweep over their
+range (rtn_vm_fwd / rtn_vm_rev).  Scalar programs get a fused value_and_grad
+with C locals (_translate_scalar).  Results are therefore bit for bit those of
+the VM; tests/test_native.py checks it.
 
 The library reads and writes only the program's arenas, through the
 ``rt_program`` it is given: it holds no pointer of its own, never calls back
-into Python, and is content-addressed (its file name is a hash of the words,
-the side table, the arena layout, the C sources, the compiler and the flags),
-so every CompiledTape with the same program -- a deep copy, an unpickled copy,
-another process -- may share one loaded library.
-
-Not translated (``UnsupportedError`` naming the opcode; the VM keeps serving
-``native=False`` tapes): REDUCE_MAX/MIN/PROD/LOGSUMEXP, MATMUL, the linear
-algebra kernels, PYCALL (custom primitives call back into Python), and
-Hessian programs.  Tangent sweeps, jacobians, VJPs and batched replays always
-run on the VM, over the same arenas.
+into Python (programs with PYCALL stay on the VM), and is content-addressed
+(its file name is a hash of the words, the side table, the arena layout, the
+C sources, the compiler, the flags and the piece sizes), so every
+CompiledTape with the same program -- a deep copy, an unpickled copy, another
+process -- may share one loaded library.
 """
 import hashlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +42,7 @@ from . import ops
 from .errors import RevtapeError, UnsupportedError
 
 # Bumped whenever the generated C changes shape: part of the cache key.
-NATIVE_VERSION = "1"
+NATIVE_VERSION = "2"
 FLAGS = ("-O2", "-std=c99", "-fno-math-errno", "-ffp-contract=off", "-D_DEFAULT_SOURCE",
          "-fPIC", "-shared")
 # Instructions per generated C function: gcc's optimiser is superlinear in
@@ -111,71 +115,30 @@ RT_GUARDS(NG_)
 #else
 #define RTN_PIECE static
 #endif
+/* Instructions left to the VM (reductions other than sum, matmul, linear
+ * algebra, cumulative kernels): its own sweeps over [lo, hi). */
+static int (*rtn_vm_fwd)(rt_program *, int64_t, int64_t);
+static int (*rtn_vm_rev)(rt_program *, int64_t, int64_t);
 """
 
 _EPILOGUE = r"""
-/* The VM's entry points (vm.c), same statuses, same busy/verified protocol. */
-static int rtn_begin(rt_program *p, const double *x)
+/* The VM's sweeps over instruction ranges the translation leaves to it
+ * (rtn_init: set once per process, before any program uses the table). */
+void rtn_init(void *fwd_range, void *rev_range)
 {
-    int st;
-    if (__atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE) != 0) {
-        __atomic_store_n(&p->status, RT_BUSY, __ATOMIC_RELAXED);
-        return RT_BUSY;
-    }
-    if (!__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
-        return RT_UNVERIFIED;
-    if (x != NULL && p->n_in > 0)
-        memcpy(p->vals, x, (size_t)p->n_in * sizeof(double));
-    st = rtn_fwd(p);
-    return st;
+    rtn_vm_fwd = (int (*)(rt_program *, int64_t, int64_t))fwd_range;
+    rtn_vm_rev = (int (*)(rt_program *, int64_t, int64_t))rev_range;
 }
 
-static int rtn_release(rt_program *p, int status)
-{
-    __atomic_store_n(&p->status, status, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->busy, 0, __ATOMIC_RELEASE);
-    return status;
-}
-
-int rtn_forward(rt_program *p, const double *x, double *y)
-{
-    int st;
-    if (p == NULL)
-        return RT_BADARG;
-    if ((st = rtn_begin(p, x)) == RT_BUSY)
-        return st;
-    if (st == RT_OK && y != NULL && p->out_len > 0)
-        memcpy(y, p->vals + p->out_off, (size_t)p->out_len * sizeof(double));
-    return rtn_release(p, st);
-}
-
-int rtn_value_and_grad(rt_program *p, const double *x, double *value, double *g)
-{
-    int st;
-    if (p == NULL || value == NULL)
-        return RT_BADARG;
-    if (p->out_len != 1 || (g == NULL && p->n_grad > 0)) {
-        if (__atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE) != 0)
-            return RT_BUSY;
-        return rtn_release(p, RT_BADARG);
-    }
-    if ((st = rtn_begin(p, x)) == RT_BUSY)
-        return st;
-    if (st == RT_OK) {
-        if (p->n_vals > 0)
-            memset(p->adj, 0, (size_t)p->n_vals * sizeof(double));
-        p->adj[p->out_off] = 1.0;
-        rtn_rev(p);
-        if (p->n_grad > 0)
-            memcpy(g, p->adj, (size_t)p->n_grad * sizeof(double));
-        *value = p->vals[p->out_off];
-    }
-    return rtn_release(p, st);
-}
+const rt_native *rtn_table(void) { return &rtn_native; }
 """
 
 
-def _fwd(name, n, o, a, b, c, ints):
+class _VM(Exception):
+    """This instruction is left to the VM's sweep (rtn_vm_fwd / rtn_vm_rev)."""
+
+
+def _fwd(name, n, o, a, b, c, ints, pc=0):
     """C for one instruction's forward step (mirrors vm.c's rt_run_forward case)."""
     fam = _FAM.get(name)
     if fam is not None:
@@ -186,7 +149,7 @@ def _fwd(name, n, o, a, b, c, ints):
             return (f"v[{o}] = nf_{base}(v[{a}], v[{b}]);" if n == 1
                     else f"rt_kf_{name}({n}, v, {o}, {a}, {b});")
         return (f"if (ng_{base}(v[{a}], v[{b}]) != {n}) "
-                f"{{ p->failed_guard = {o}; return RT_GUARD_FAILED; }}")
+                f"{{ p->failed_guard = {o}; p->failed_pc = {pc}; return RT_GUARD_FAILED; }}")
     if name in ("WHERE_VV", "WHERE_VS", "WHERE_SV", "CLIP"):
         return f"rt_kf_{name}({n}, v, {o}, {a}, {b}, {c});"
     if name == "AXPY" and n == 1:
@@ -225,9 +188,7 @@ def _fwd(name, n, o, a, b, c, ints):
         return (f"{{ const double t = v[{b}]; int64_t i; for (i = 0; i < {n}; i++) "
                 f"{{ const double prod = t * v[{ints[c]} + i]; "
                 f"v[{o} + i] = v[{a} + ints[{c + 2} + i]] + prod; }} }}")
-    raise UnsupportedError(
-        f"the native tier does not translate {name} yet; compile this tape with "
-        f"native=False (the VM runs every opcode)")
+    raise _VM(name)
 
 
 def _rev(name, fl, n, o, a, b, c, ints):
@@ -304,43 +265,356 @@ def _rev(name, fl, n, o, a, b, c, ints):
                 + (f" sb += g * v[{z} + i];" if fl & 2 else "")
                 + (f" d[{z} + i] += g * t;" if fl & 4 else "")
                 + " } }" + (f" d[{b}] += sb;" if fl & 2 else "") + " }")
-    raise UnsupportedError(f"the native tier does not translate {name} yet")   # unreachable
+    raise _VM(name)
 
 
-def translate(code, ints):
-    """C source for the verified words `code` (n_instr x 6 int32) and side table `ints`.
-    Raises UnsupportedError naming the first opcode not translated yet."""
+def untranslatable(code):
+    """Why the native tier cannot take these words (a sentence), or None."""
+    ops_used = {ops.VM_OPCODES[op & 0xFFFF] for op in np.unique(code[:, 0]).tolist()}
+    if "PYCALL" in ops_used:
+        return ("it calls custom primitives (PYCALL), which call back into Python: "
+                "the VM runs it")
+    return None
+
+
+def translate(code, ints, layout=None):
+    """C source for the verified words `code` (n_instr x 6 int32) and side table
+    `ints`.  Instructions without a C translation here (reductions other than
+    sum, matmul, linear algebra) are runs of the VM's own sweep over their
+    range.  Raises UnsupportedError for a program the tier refuses
+    (untranslatable)."""
     global _FAM
     if _FAM is None:
         _FAM = _families()
+    code = np.asarray(code, dtype=np.int32).reshape(-1, 6)
+    why = untranslatable(code)
+    if why is not None:
+        raise UnsupportedError(f"native=True cannot translate this program: {why}; "
+                               f"compile with native=False")
     rows = code.tolist()
     ints = ints.tolist()
+    if layout is not None and _scalar_program(rows, layout[3], layout[5]):
+        return _assemble_scalar(rows, ints, layout)
     fwd, rev = [], []
-    for op, n, o, a, b, c in rows:
+    for k, (op, n, o, a, b, c) in enumerate(rows):
         name = ops.VM_OPCODES[op & 0xFFFF]
         fl = (op & 0xFFFFFFFF) >> 16
-        fwd.append(_fwd(name, n, o, a, b, c, ints))
-        rev.append(_rev(name, fl, n, o, a, b, c, ints) if fl else "")
+        try:
+            f = _fwd(name, n, o, a, b, c, ints, k)
+            r = _rev(name, fl, n, o, a, b, c, ints) if fl else ""
+        except _VM:
+            f, r = None, (None if fl else "")  # the VM's sweep over this instruction
+        fwd.append(f)
+        rev.append(r)
+    return _assemble(fwd, rev)
+
+
+# ------------------------------------------------------------------ scalar programs
+# A program of scalar instructions only (every n == 1: eight-schools, the
+# Rosenbrock loop, most hand-written log densities) gets a fused
+# value_and_grad in which every value and every adjoint is a C local: the
+# forward sweep still stores each value into the arena (the arena holds the
+# replay, as the VM leaves it), but nothing is loaded back, the adjoint arena
+# is never zeroed, and only the gradient is written to it.  The operations and
+# their order are the VM's (the same inline functions, the same `g != 0.0`
+# skips, an adjoint starting at 0.0 and accumulated in reverse instruction
+# order), so the bits are too.  Long programs are cut into pieces of
+# SCALAR_CHUNK instructions (separate functions: gcc's optimiser is
+# superlinear in function size); an adjoint crossing a piece boundary goes
+# through the arena, assigned by the first piece that touches it.
+SCALAR_CHUNK = 400
+_SCALAR_OPS = ("AXPY", "SQDIFF", "CSUM")
+
+
+def _scalar_program(rows, n_fixed, out_len):
+    """True when every instruction is a scalar form this generator writes, and
+    every slot is written once (then a slot is one C local)."""
+    if out_len != 1:
+        return False
+    written = set()
+    for op, n, o, a, b, c in rows:
+        name = ops.VM_OPCODES[op & 0xFFFF]
+        fam = _FAM.get(name)
+        if n != 1 and not (name == "CSUM" or (fam is not None and fam[0] == "g")):
+            return False
+        if fam is None and name not in _SCALAR_OPS:
+            return False
+        if fam is not None and fam[0] == "g":
+            continue                                   # out is a guard number, not a slot
+        if o in written or o < n_fixed:
+            return False
+        written.add(o)
+    return True
+
+
+class _Piece:
+    """Names of one generated function: values x<slot>, adjoints a<slot>."""
+
+    def __init__(self, defined):
+        self.defined = defined          # slots written in this piece
+        self.loaded = set()             # external values loaded into locals
+        self.adj = set()                # adjoints this piece touches
+        self.out = []
+        self.touch = []                 # adjoints touched by the statement being written
+
+    def x(self, s):
+        if s not in self.defined and s not in self.loaded:
+            self.loaded.add(s)
+            self.out.append(f"const double x{s} = v[{s}];")
+        return f"x{s}"
+
+    def a(self, s):
+        self.adj.add(s)
+        self.touch.append(s)
+        return f"a{s}"
+
+
+def _scalar_fwd(P, k, name, n, o, a, b, c, ints):
+    kind, base, _ = _FAM.get(name) or (None, name, None)
+    X = P.x
+    if kind == "g":
+        return (f"if (ng_{base}({X(a)}, {X(b)}) != {n}) "
+                f"{{ p->failed_guard = {o}; p->failed_pc = {k}; return RT_GUARD_FAILED; }}")
+    if kind in ("u", "und"):
+        e = f"nf_{base}({X(a)})"
+    elif kind in ("b", "bnd"):
+        e = f"nf_{base}({X(a)}, {X(b)})"
+    elif name == "AXPY":
+        e = f"{X(a)} + {X(b)} * {X(c)}"            # -ffp-contract=off: MUL, then ADD
+    elif name == "SQDIFF":
+        P.out.append(f"const double t{o} = {X(a)} - {X(b)};")
+        e = f"t{o} * t{o}"
+    else:                                          # CSUM, left to right
+        acc = X(a)
+        for e_ in ints[c:c + n]:
+            acc = f"({acc} + {X(e_)})" if e_ >= 0 else f"({acc} - {X(~e_)})"
+        e = acc
+    P.out.append(f"const double x{o} = {e};")
+    return f"v[{o}] = x{o};"                       # a store: _STORE below
+
+
+def _scalar_rev(P, name, fl, n, o, a, b, c, ints):
+    kind, base, var = _FAM.get(name) or (None, name, None)
+    X, A = P.x, P.a
+    if kind in ("und", "bnd", "g") or not fl:
+        return ""
+    g = A(o)
+    if kind == "u":
+        return f"if ({g} != 0.0) {A(a)} += {g} * (nd_{base}({X(a)}, {X(o)}));"
+    if kind == "b":
+        dx = f"ndx_{base}({X(a)}, {X(b)}, {X(o)})"
+        dy = f"ndy_{base}({X(a)}, {X(b)}, {X(o)})"
+        if var == "VV":
+            body = ((f" {A(a)} += {g} * ({dx});" if fl & 1 else "")
+                    + (f" {A(b)} += {g} * ({dy});" if fl & 2 else ""))
+            return f"if ({g} != 0.0) {{{body} }}"
+        if var == "VS":
+            body = ((f" {A(a)} += {g} * ({dx});" if fl & 1 else "")
+                    + (f" sy += {g} * ({dy});" if fl & 2 else ""))
+            tail = f" {A(b)} += sy;" if fl & 2 else ""
+            return f"{{ double sy = 0.0; (void)sy; if ({g} != 0.0) {{{body} }}{tail} }}"
+        body = ((f" sx += {g} * ({dx});" if fl & 1 else "")
+                + (f" {A(b)} += {g} * ({dy});" if fl & 2 else ""))
+        tail = f" {A(a)} += sx;" if fl & 1 else ""
+        return f"{{ double sx = 0.0; (void)sx; if ({g} != 0.0) {{{body} }}{tail} }}"
+    if name == "AXPY":
+        body = ((f" {A(a)} += {g};" if fl & 1 else "")
+                + (f" sb += {g} * {X(c)};" if fl & 2 else "")
+                + (f" {A(c)} += {g} * {X(b)};" if fl & 4 else ""))
+        tail = f" {A(b)} += sb;" if fl & 2 else ""
+        return f"{{ double sb = 0.0; (void)sb; if ({g} != 0.0) {{{body} }}{tail} }}"
+    if name == "SQDIFF":
+        body = ((f" {A(a)} += gt * 1.0;" if fl & 1 else "")
+                + (f" {A(b)} += gt * -1.0;" if fl & 2 else ""))
+        return (f"if ({g} != 0.0) {{ const double t = {X(a)} - {X(b)}, gt = {g} * (2.0 * t); "
+                f"if (gt != 0.0) {{{body} }} }}")
+    # CSUM: one statement per term (the scheduler sinks each to where its
+    # adjoint is next touched; the VM's single `g != 0.0` test, repeated)
+    terms = ([f"if ({g} != 0.0) {A(a)} += {g} * 1.0;"] if fl & 1 else []) + [
+        f"if ({g} != 0.0) {A(e)} += {g} * 1.0;" if e >= 0 else
+        f"if ({g} != 0.0) {A(~e)} += {g} * -1.0;" for e in ints[c:c + n]]
+    return terms
+
+
+_STORE = re.compile(r"v\[(\d+)\] = x\1;$")
+
+
+class _Sinker:
+    """Reverse-sweep statements emitted as late as their adjoints allow.
+
+    A statement reads one final adjoint (its instruction's output: every
+    contribution to it came from later instructions, already written) and adds
+    into others.  Moving it later changes no bits as long as it stays before
+    every later statement that reads or adds into what it adds into (then each
+    accumulator sees the same additions in the same order).  Sinking shortens
+    the adjoints' live ranges: a CSUM of 99 terms would otherwise start 99
+    accumulators at once, more than the registers can hold."""
+
+    def __init__(self, out):
+        self.out = out
+        self.pending = []                            # (text, reads, writes), in order
+
+    @staticmethod
+    def _clash(p, q):
+        return bool(p[2] & (q[1] | q[2]) or q[2] & p[1])
+
+    def add(self, text, reads, writes):
+        new = (text, reads, writes)
+        keep, go = [], []
+        for p in reversed(self.pending):             # p clashes with new, or with one going
+            (go if self._clash(p, new) or any(self._clash(p, q) for q in go) else keep).append(p)
+        self.out.extend(p[0] for p in reversed(go))
+        self.pending = keep[::-1] + [new]
+
+    def flush_all(self):
+        self.out.extend(p[0] for p in self.pending)
+        self.pending = []
+
+
+def _translate_scalar(rows, ints, layout):
+    n_vals, n_in, n_grad, n_fixed, out_off, out_len = layout[:6]
+    nr = len(rows)
+    K = max(1, -(-nr // SCALAR_CHUNK))
+    bounds = [(k * SCALAR_CHUNK, min(nr, (k + 1) * SCALAR_CHUNK)) for k in range(K)]
+    names = [ops.VM_OPCODES[r[0] & 0xFFFF] for r in rows]
+    is_guard = [(_FAM.get(nm) or ("",))[0] == "g" for nm in names]
+    # forward pieces (shared by forward and value_and_grad when K > 1)
+    fwd_bodies, rev_parts = [], []
+    for k, (lo, hi) in enumerate(bounds):
+        defined = {rows[i][2] for i in range(lo, hi) if not is_guard[i]}
+        P = _Piece(defined)
+        for i in range(lo, hi):
+            op, n, o, a, b, c = rows[i]
+            P.out.append(_scalar_fwd(P, i, names[i], n, o, a, b, c, ints))
+        fwd_bodies.append((P, defined))
+    # reverse pieces, last piece first: who touches an adjoint first decides
+    # its start (0.0, 1.0 for the output), later pieces take it from the arena
+    started = set()
+    for k in reversed(range(K)):
+        lo, hi = bounds[k]
+        defined = fwd_bodies[k][1]
+        R = _Piece(defined if K == 1 else set())
+        if K == 1:                                   # one function: the forward's locals
+            R.loaded = fwd_bodies[0][0].loaded
+        stmts = []
+        sched = _Sinker(stmts)
+        for i in reversed(range(lo, hi)):
+            op, n, o, a, b, c = rows[i]
+            fl = (op & 0xFFFFFFFF) >> 16
+            R.out = []
+            st = _scalar_rev(R, names[i], fl, n, o, a, b, c, ints)
+            stmts.extend(R.out)                      # value loads: at once
+            if isinstance(st, list):                 # CSUM: a statement per term
+                for t in st:
+                    m = re.match(r"if \((a\d+) != 0\.0\) (a\d+) \+=", t)
+                    sched.add(t, {int(m.group(1)[1:])}, {int(m.group(2)[1:])})
+            elif st:
+                sched.add(st, {o}, set(R.touch) - {o})
+            R.touch = []
+        sched.flush_all()
+        decls = []
+        for s_ in sorted(R.adj):
+            init = "d[%d]" % s_ if s_ in started else ("1.0" if s_ == out_off else "0.0")
+            decls.append(f"double a{s_} = {init};")
+        backs = [f"d[{s_}] = a{s_};" for s_ in sorted(R.adj) if s_ not in defined]
+        # an adjoint defined here and touched by a later piece came in through
+        # the arena (started); defined-only-here adjoints need no write-back
+        started |= R.adj
+        rev_parts.append((k, decls, stmts, backs))
+    rev_parts.reverse()
+    untouched = [s_ for s_ in range(n_grad) if s_ not in started]
+    return fwd_bodies, rev_parts, untouched
+
+
+def _assemble_scalar(rows, ints, layout):
+    fwd_bodies, rev_parts, untouched = _translate_scalar(rows, ints, layout)
+    out_off = layout[4]
+    # What a value_and_grad leaves observable in the value arena besides the
+    # inputs: the output and the extra outputs (has_aux).  Every other entry
+    # point runs the forward sweep, which stores every value, before reading
+    # one; storing the rest here costs more than the whole reverse sweep.
+    keep = {out_off} | {off + i for off, size in (layout[6] if len(layout) > 6 else ())
+                        for i in range(size)}
+    K = len(fwd_bodies)
+    out = [_PRELUDE]
+    head = ("(rt_program *p)\n{\n    double *const restrict v = p->vals; "
+            "double *const restrict d = p->adj;\n    (void)v; (void)d;\n")
+    for k, (P, _) in enumerate(fwd_bodies):
+        out.append(f"RTN_PIECE int rtn_fwd_{k}{head}")
+        out.extend("    " + s_ + "\n" for s_ in P.out)
+        out.append("    return RT_OK;\n}\n")
+    out.append("static int rtn_fwd(rt_program *p)\n{\n    int st;\n")
+    out.extend(f"    if ((st = rtn_fwd_{k}(p)) != RT_OK) return st;\n" for k in range(K))
+    out.append("    return RT_OK;\n}\n")
+    seeds = "".join(f"    d[{s_}] = {'1.0' if s_ == out_off else '0.0'};\n" for s_ in untouched)
+    if K == 1:
+        (P, _), (_, decls, stmts, backs) = fwd_bodies[0], rev_parts[0]
+        out.append(f"static int rtn_vg{head}")
+        fwd = [s_ for s_ in P.out if not ((m := _STORE.match(s_)) and int(m.group(1)) not in keep)]
+        out.extend("    " + s_ + "\n" for s_ in fwd + decls + stmts + backs)
+        out.append(seeds + "    return RT_OK;\n}\n")
+    else:
+        for k, decls, stmts, backs in rev_parts:
+            out.append(f"RTN_PIECE void rtn_vgrev_{k}{head}")
+            out.extend("    " + s_ + "\n" for s_ in decls + stmts + backs)
+            out.append("}\n")
+        out.append("static int rtn_vg(rt_program *p)\n{\n    int st;\n")
+        out.append("    if ((st = rtn_fwd(p)) != RT_OK) return st;\n")
+        out.extend(f"    rtn_vgrev_{k}(p);\n" for k in reversed(range(K)))
+        out.append(seeds.replace("d[", "p->adj[") + "    return RT_OK;\n}\n")
+    out.append("static const rt_native rtn_native = { rtn_fwd, NULL, rtn_vg };\n")
+    out.append(_EPILOGUE)
+    return "".join(out)
+
+
+def _vm_runs(stmts, lo, hi, sweep):
+    """Statements of instructions [lo, hi) in sweep order, consecutive VM
+    instructions merged into one call of the VM's sweep over their range."""
+    out, k = [], lo
+    idx = range(lo, hi) if sweep == "fwd" else range(hi - 1, lo - 1, -1)
+    run = None                                 # [first, last] of the pending VM run
+    def flush():
+        if run is not None:
+            a, b = min(run), max(run) + 1
+            out.append(f"if ((st = rtn_vm_{sweep}(p, {a}, {b})) != RT_OK) return st;")
+    for k in idx:
+        s = stmts[k]
+        if s is None:
+            run = [k, k] if run is None else [run[0], k]
+            continue
+        flush()
+        run = None
+        if s:
+            out.append(s)
+    flush()
+    return out
+
+
+def _assemble(fwd, rev):
     out = [_PRELUDE]
     # The two arenas are separate allocations: restrict lets gcc keep values
     # in registers across the other arena's stores (it changes no rounding).
     head = ("(rt_program *p)\n{\n    double *const restrict v = p->vals; "
             "double *const restrict d = p->adj;\n"
-            "    const int32_t *const ints = p->ints;\n    (void)v; (void)d; (void)ints;\n")
-    nf = max(1, -(-len(rows) // CHUNK))
+            "    const int32_t *const ints = p->ints;\n    int st = RT_OK;\n"
+            "    (void)v; (void)d; (void)ints; (void)st;\n")
+    n = len(fwd)
+    nf = max(1, -(-n // CHUNK))
     for k in range(nf):
+        lo, hi = k * CHUNK, min(n, (k + 1) * CHUNK)
         out.append(f"RTN_PIECE int rtn_fwd_{k}{head}")
-        out.extend("    " + s + "\n" for s in fwd[k * CHUNK:(k + 1) * CHUNK])
+        out.extend("    " + s + "\n" for s in _vm_runs(fwd, lo, hi, "fwd"))
         out.append("    return RT_OK;\n}\n")
-        out.append(f"RTN_PIECE void rtn_rev_{k}{head}")
-        out.extend("    " + s + "\n" for s in reversed(rev[k * CHUNK:(k + 1) * CHUNK]) if s)
-        out.append("}\n")
+        out.append(f"RTN_PIECE int rtn_rev_{k}{head}")
+        out.extend("    " + s + "\n" for s in _vm_runs(rev, lo, hi, "rev"))
+        out.append("    return RT_OK;\n}\n")
     out.append("static int rtn_fwd(rt_program *p)\n{\n    int st;\n")
     out.extend(f"    if ((st = rtn_fwd_{k}(p)) != RT_OK) return st;\n" for k in range(nf))
     out.append("    return RT_OK;\n}\n")
-    out.append("static void rtn_rev(rt_program *p)\n{\n")
-    out.extend(f"    rtn_rev_{k}(p);\n" for k in reversed(range(nf)))
-    out.append("}\n")
+    out.append("static int rtn_rev(rt_program *p)\n{\n    int st;\n")
+    out.extend(f"    if ((st = rtn_rev_{k}(p)) != RT_OK) return st;\n" for k in reversed(range(nf)))
+    out.append("    return RT_OK;\n}\n")
+    out.append("static const rt_native rtn_native = { rtn_fwd, rtn_rev, NULL };\n")
     out.append(_EPILOGUE)
     return "".join(out)
 
@@ -348,9 +622,12 @@ def translate(code, ints):
 # ------------------------------------------------------------------ building
 _SOURCES = ("vm.h", "ops_generated.h", "specfun.h", "kernels.h", "specfun.c", "kernels.c")
 _ffi = None
-_loaded = {}                      # cache key -> the loaded library (immutable, shared)
-_lock = threading.Lock()
-_compiler_ids = {}
+_loaded = {}                      # cache key -> (lib, path, table address): immutable, shared
+_lock = threading.Lock()          # guards _loaded, _key_locks and the per-process caches
+_key_locks = {}                   # cache key -> the lock its build holds
+_keep = []                        # every library loaded: never closed (tapes point into them)
+_objects_lock = threading.Lock()
+_compilers = {}                   # $REVTAPE_CC -> (path, compiler id)
 
 
 def cache_dir():
@@ -365,40 +642,48 @@ def cache_dir():
 
 def find_compiler():
     """The C compiler: $REVTAPE_CC, else cc, else gcc on PATH."""
+    return _compiler()[0]
+
+
+def _compiler():
     want = os.environ.get("REVTAPE_CC")
+    hit = _compilers.get(want)
+    if hit is not None:
+        return hit
     for cand in ([want] if want else ["cc", "gcc"]):
         path = shutil.which(cand)
         if path:
-            return os.path.realpath(path)
+            path = os.path.realpath(path)
+            # Path, size and mtime of the binary: a compiler upgrade changes the
+            # key without running `cc --version` in every process.
+            st = os.stat(path)
+            hit = _compilers[want] = (path, f"{path}:{st.st_size}:{st.st_mtime_ns}")
+            return hit
     raise NativeCompileError(
         f"native=True needs a C compiler, and {want or 'cc/gcc'} was not found on PATH; "
         f"install one (or set REVTAPE_CC), or compile with native=False to use the VM")
-
-
-def _compiler_id(cc):
-    # Path, size and mtime of the binary: a compiler upgrade changes the key
-    # without running `cc --version` in every process.
-    st = os.stat(cc)
-    return f"{cc}:{st.st_size}:{st.st_mtime_ns}"
 
 
 _digest = None
 
 
 def _sources_digest():
+    """Hash of the C the generated code is built from: the compiled runtime
+    sources and every header under csrc/ (whatever a header includes is in it)."""
     global _digest
     if _digest is None:
         h = hashlib.sha256()
-        for name in _SOURCES:
+        names = sorted({*_SOURCES, *(str(f.relative_to(CSRC)) for f in CSRC.rglob("*.h"))})
+        for name in names:
             h.update(name.encode() + b"\0" + (CSRC / name).read_bytes())
         _digest = h.digest()
     return _digest
 
 
-def _key(code, ints, layout, cc):
+def _key(code, ints, layout, cc_id):
     h = hashlib.sha256()
-    h.update(f"{NATIVE_VERSION}|{ops.OP_TABLE_HASH}|{_compiler_id(cc)}|{' '.join(FLAGS)}|"
-             f"{layout}|".encode())
+    h.update(f"{NATIVE_VERSION}|{ops.OP_TABLE_HASH}|{cc_id}|{' '.join(FLAGS)}|"
+             f"{CHUNK}|{SCALAR_CHUNK}|{layout}|".encode())
     h.update(_sources_digest())
     h.update(np.ascontiguousarray(code, dtype=np.int32).tobytes())
     h.update(b"|")
@@ -411,55 +696,98 @@ def _get_ffi():
     if _ffi is None:
         import cffi
         _ffi = cffi.FFI()
-        # void *: the arguments are cdata of the VM's own ffi (rt_program *, double[]).
-        _ffi.cdef("int rtn_forward(void *p, void *x, void *y);\n"
-                  "int rtn_value_and_grad(void *p, void *x, void *value, void *g);")
+        # void *: the table is read through the VM's own ffi (rt_native *).
+        _ffi.cdef("void rtn_init(void *fwd_range, void *rev_range);\n"
+                  "void *rtn_table(void);")
     return _ffi
 
 
-def load(code, ints, layout):
+def _timeout():
+    try:
+        return float(os.environ.get("REVTAPE_NATIVE_TIMEOUT", "600"))
+    except ValueError:
+        raise NativeCompileError("REVTAPE_NATIVE_TIMEOUT must be a number of seconds") from None
+
+
+def load(code, ints, layout, auto=False):
     """The native library for this program: from memory, from the disk cache, or
-    built now.  Returns (lib, path, seconds spent compiling or 0.0)."""
-    import time
-    global compiles
+    built now.  Returns (table address, path, seconds spent compiling or 0.0).
+    auto=True (the builder thread): a program whose build failed before in
+    this process fails again at once instead of running the compiler again."""
     if not CSRC.is_dir():
         raise NativeCompileError(f"the native tier needs revtape's C sources at {CSRC}")
-    cc = find_compiler()
-    key = _key(code, ints, layout, cc)
+    cc, cc_id = _compiler()
+    key = _key(code, ints, layout, cc_id)
     with _lock:
         hit = _loaded.get(key)
         if hit is not None:
-            return hit[0], hit[1], 0.0
-        src = None
-        d = cache_dir()
-        path = d / f"revtape_{key}.so"
-        spent = 0.0
-        if not path.exists():
-            src = translate(code, ints)           # UnsupportedError before any compiler runs
-            d.mkdir(parents=True, exist_ok=True)
-            objs = _runtime_objects(cc, d)        # once per compiler: not counted below
-            t0 = time.perf_counter()
-            with tempfile.TemporaryDirectory(dir=d) as tmp:
-                c_file = pathlib.Path(tmp) / f"revtape_{key}.c"
-                c_file.write_text(src)
-                so_tmp = pathlib.Path(tmp) / "lib.so"
-                cmd = [cc, *FLAGS, f"-I{CSRC}", "-o", str(so_tmp), str(c_file),
-                       *objs, "-lm"]
-                _run(cmd, cc)
-                # Atomic publish: a concurrent first compile of the same
-                # program in another process writes the same bytes.
-                os.replace(so_tmp, path)
-            spent = time.perf_counter() - t0
-            compiles += 1
-        lib = _get_ffi().dlopen(str(path))
-        _loaded[key] = (lib, path)
-        return lib, path, spent
+            return hit[2], hit[1], 0.0
+        if auto and key in _failed:
+            raise _failed[key]
+        klock = _key_locks.setdefault(key, threading.Lock())
+    # One build per program at a time in this process (other programs build
+    # alongside); other processes are handled by the atomic rename below.
+    with klock:
+        hit = _loaded.get(key)
+        if hit is not None:
+            return hit[2], hit[1], 0.0
+        try:
+            return _build(code, ints, layout, key, cc, cc_id)
+        except RevtapeError as e:
+            _failed[key] = e
+            raise
 
 
-def _run(cmd, cc):
+def _build(code, ints, layout, key, cc, cc_id):
+    """Compile (unless the disk cache has it) and load the library of `key`."""
+    import time
+    global compiles
+    d = cache_dir()
+    path = d / f"revtape_{key}.so"
+    spent = 0.0
+    if not path.exists():
+        src = translate(code, ints, layout)      # UnsupportedError before any compiler runs
+        d.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + _timeout()
+        objs = _runtime_objects(cc, cc_id, d, deadline)   # once per compiler: not counted
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(dir=d) as tmp:
+            c_file = pathlib.Path(tmp) / f"revtape_{key}.c"
+            c_file.write_text(src)
+            so_tmp = pathlib.Path(tmp) / "lib.so"
+            cmd = [cc, *FLAGS, f"-I{CSRC}", "-o", str(so_tmp), str(c_file), *objs, "-lm"]
+            _run(cmd, cc, deadline)
+            # Atomic publish: a concurrent first compile of the same
+            # program in another process writes the same bytes.
+            os.replace(so_tmp, path)
+        spent = time.perf_counter() - t0
+        compiles += 1
+    lib = _get_ffi().dlopen(str(path))
+    from ._vm import ffi as vm_ffi, lib as vm_lib
+    nffi = _get_ffi()
+    hooks = [nffi.cast("void *", int(vm_ffi.cast("uintptr_t", vm_ffi.addressof(vm_lib, f))))
+             for f in ("rt_vm_forward_range", "rt_vm_reverse_range")]
+    lib.rtn_init(*hooks)
+    table = int(nffi.cast("uintptr_t", lib.rtn_table()))
+    with _lock:
+        _keep.append(lib)
+        _loaded[key] = (lib, path, table)
+    return table, path, spent
+
+
+
+
+def _run(cmd, cc, deadline):
+    import time
+    left = deadline - time.monotonic()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        if left <= 0:
+            raise subprocess.TimeoutExpired(cmd, 0)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
+    except subprocess.TimeoutExpired as e:
+        raise NativeTimeout(f"the C compiler {cc} took longer than REVTAPE_NATIVE_TIMEOUT="
+                            f"{_timeout():g} s; compile with native=False to use the VM") from e
+    except OSError as e:
         raise NativeCompileError(f"the C compiler {cc} failed to run: {e}; "
                                  f"compile with native=False to use the VM") from e
     if r.returncode != 0:
@@ -468,45 +796,177 @@ def _run(cmd, cc):
             f"compile with native=False to use the VM")
 
 
-def _runtime_objects(cc, d):
+def _runtime_objects(cc, cc_id, d, deadline):
     """kernels.c and specfun.c compiled once per compiler and source version
     (kernels.c alone takes seconds: every program's library links these objects)."""
     objs = []
-    for name in ("specfun.c", "kernels.c"):
-        h = hashlib.sha256(f"{NATIVE_VERSION}|{_compiler_id(cc)}|{' '.join(FLAGS)}|".encode())
-        h.update(_sources_digest())
-        obj = d / f"revtape_{name[:-2]}_{h.hexdigest()[:32]}.o"
-        if not obj.exists():
-            fd, tmp = tempfile.mkstemp(suffix=".o", dir=d)
-            os.close(fd)
-            try:
-                _run([cc, *[f for f in FLAGS if f != "-shared"], f"-I{CSRC}", "-c",
-                      str(CSRC / name), "-o", tmp], cc)
-                os.replace(tmp, obj)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-        objs.append(str(obj))
+    with _objects_lock:
+        for name in ("specfun.c", "kernels.c"):
+            h = hashlib.sha256(f"{NATIVE_VERSION}|{cc_id}|{' '.join(FLAGS)}|".encode())
+            h.update(_sources_digest())
+            obj = d / f"revtape_{name[:-2]}_{h.hexdigest()[:32]}.o"
+            if not obj.exists():
+                fd, tmp = tempfile.mkstemp(suffix=".o", dir=d)
+                os.close(fd)
+                try:
+                    _run([cc, *[f for f in FLAGS if f != "-shared"], f"-I{CSRC}", "-c",
+                          str(CSRC / name), "-o", tmp], cc, deadline)
+                    os.replace(tmp, obj)
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+            objs.append(str(obj))
     return objs
 
 
-def attach(ct):
-    """Switch CompiledTape ct's value_and_gradient / gradient / forward to native code."""
-    if ct._kind == "hessian":
-        raise UnsupportedError("native=True does not translate Hessian programs yet; "
-                               "use native=False")
+def _layout(ct):
     prog = ct._program
-    code = ct._code.reshape(-1, 6)
-    layout = (prog.n_vals, prog.n_in, prog.n_grad, prog.n_fixed, prog.out_off, prog.out_len)
-    lib, path, spent = load(code, ct._ints, layout)
-    ct._native_lib, ct._native_path, ct.native_compile_seconds = lib, path, spent
-    # Called through the VM's rt_call_native (API mode): a libffi call to
-    # the library itself would cost more than eight-schools' whole replay.
-    from functools import partial
+    extras = tuple((int(off), int(np.prod(shape, dtype=np.int64))) for off, shape in prog.extras)
+    return (prog.n_vals, prog.n_in, prog.n_grad, prog.n_fixed, prog.out_off, prog.out_len,
+            extras)
+
+
+def _install(ct, table, path, spent):
     from ._vm import ffi as vm_ffi, lib as vm_lib
-    nffi = _get_ffi()
-    vg, fw = (vm_ffi.cast("rt_native_fn", int(nffi.cast("uintptr_t", f)))
-              for f in (lib.rtn_value_and_grad, lib.rtn_forward))
-    call, null = vm_lib.rt_call_native, vm_ffi.NULL
-    ct._vgf = partial(call, vg)
-    ct._fwf = lambda p, x, y: call(fw, p, x, y, null)
+    ct._native_path, ct.native_compile_seconds = path, spent
+    ct._native_state = "native"
+    # An atomic release store in C: a replay running on another thread
+    # finishes on the sweeps it started with, the next one runs native code.
+    vm_lib.rt_set_native(ct._p, vm_ffi.cast("rt_native *", table))
+
+
+def attach(ct):
+    """native=True: build (or find) the native code now and switch ct to it."""
+    why = untranslatable(ct._code)
+    if why is not None:
+        raise UnsupportedError(f"native=True cannot translate this program: {why}; "
+                               f"use native=False")
+    table, path, spent = load(ct._code, ct._ints, _layout(ct))
+    _install(ct, table, path, spent)
+
+
+# ------------------------------------------------------------------ native="auto"
+class NativeTimeout(NativeCompileError):
+    """The C compiler took longer than $REVTAPE_NATIVE_TIMEOUT seconds."""
+
+
+class NativeWarning(RuntimeWarning):
+    """native="auto" could not build native code; the VM keeps serving."""
+
+
+AUTO_CALLS = 1000        # calls before a tape counts as hot ($REVTAPE_NATIVE_CALLS) ...
+AUTO_SECONDS = 0.1       # ... or seconds spent replaying it ($REVTAPE_NATIVE_SECONDS)
+
+_queue = None            # (weakref to a CompiledTape, key) jobs for the builder thread
+_warned = set()          # kinds of failure already warned about in this process
+_failed = {}             # cache key -> why its build failed (not retried in this process)
+
+
+def _env_number(name, default, kind):
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        val = kind(raw)
+    except ValueError:
+        raise RevtapeError(f"{name} must be a number, not {raw!r}") from None
+    if val < 0:
+        raise RevtapeError(f"{name} must be >= 0, not {raw!r}")
+    return val
+
+
+def auto_enabled():
+    """native="auto" is on unless $REVTAPE_NATIVE is 0 (or false/off/no)."""
+    return os.environ.get("REVTAPE_NATIVE", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def arm(ct):
+    """native="auto" at construction: the VM serves now; the program becomes hot
+    after AUTO_CALLS calls or AUTO_SECONDS of replay (counted in C), and then
+    compiles in the background (hot)."""
+    import time
+    ct._native_event = threading.Event()
+    # An installation without revtape's C sources (a wheel) has no native
+    # tier to offer: "auto" is the VM there, without a warning.
+    if not auto_enabled() or not CSRC.is_dir() or untranslatable(ct._code) is not None:
+        ct._native_state = "off"
+        ct._native_event.set()
+        return
+    ct._native_state = "vm"
+    try:
+        cc_id = _compiler()[1]
+    except NativeCompileError:
+        cc_id = None                         # hot will say so, once
+    if cc_id is not None:
+        key = _key(ct._code, ct._ints, _layout(ct), cc_id)
+        hit = _loaded.get(key)
+        if hit is not None:                  # a copy of a tape that is already native
+            _install(ct, hit[2], hit[1], 0.0)
+            ct._native_event.set()
+            return
+    calls = _env_number("REVTAPE_NATIVE_CALLS", AUTO_CALLS, int)
+    secs = _env_number("REVTAPE_NATIVE_SECONDS", AUTO_SECONDS, float)
+    p = ct._p
+    p.hot_calls = p.hot_ns = 0
+    p.hot_max_ns = min(int(secs * 1e9), 2 ** 62)
+    p.hot_max_calls = max(calls, 1)
+
+
+def hot(ct):
+    """The call that made ct hot (status RT_OK_HOT) lands here: queue its build
+    for the builder thread and return at once."""
+    global _queue
+    if ct._native_state != "vm":
+        return
+    ct._native_state = "compiling"
+    with _lock:
+        if _queue is None:
+            import queue
+            _queue = queue.SimpleQueue()
+            threading.Thread(target=_builder, args=(_queue,), name="revtape-native",
+                             daemon=True).start()
+    import weakref
+    _queue.put((weakref.ref(ct), ct._code, ct._ints, _layout(ct)))
+
+
+def _builder(q):
+    """The builder thread: one build at a time (a compiler is a heavy process),
+    never an exception to anyone; a failure leaves the VM serving, with one
+    warning per kind of failure per process."""
+    while True:
+        ref, code, ints, layout = q.get()
+        ct = ref()
+        if ct is None:
+            continue                          # dropped while it waited
+        del ct                                # a long build must not keep it alive
+        try:
+            table, path, spent = load(code, ints, layout, auto=True)
+        except BaseException as e:            # noqa: BLE001 - the VM keeps serving
+            ct = ref()
+            if ct is not None:
+                ct._native_state = "failed"
+                ct._native_error = e
+                ct._native_event.set()
+            _warn_once(e)
+            continue
+        ct = ref()
+        if ct is not None:
+            _install(ct, table, path, spent)
+            ct._native_event.set()
+        del ct
+
+
+def _warn_once(e):
+    import warnings
+    kind = ("timeout" if isinstance(e, NativeTimeout) else
+            "compiler" if isinstance(e, NativeCompileError) else type(e).__name__)
+    with _lock:
+        if kind in _warned:
+            return
+        _warned.add(kind)
+    try:
+        warnings.warn(f"revtape: native='auto' could not build native code ({e}); the VM "
+                      f"keeps serving this tape.  Set REVTAPE_NATIVE=0 to stop trying.",
+                      NativeWarning, stacklevel=2)
+    except BaseException:                     # noqa: BLE001 - e.g. warnings turned into errors
+        pass
