@@ -6,7 +6,7 @@
 Columns (each first checked against the numpy reference at every row):
 ``batch/1t`` and ``batch/2t`` -- ``ctape.batch_value_and_gradient(X,
 threads=n)``, one C call per thread with the GIL released; ``c-ref`` -- the
-hand-written C value and gradient (csrc/reference.c) looped over the rows in
+hand-written C value and gradient (csrc/bench/reference.c, revtape.bench._ref) looped over the rows in
 C (``ref_eight_schools_batch``), so neither side pays a per-point call from
 Python; ``bind-loop`` -- the per-point Python loop over ``ctape.bind``
 that batching replaces.
@@ -25,8 +25,8 @@ except ImportError:  # running from a checkout without PYTHONPATH=src
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                     "src"))
     import revtape as rt
-from revtape import workloads
-from revtape._vm import ffi, lib
+from revtape.bench import workloads
+from revtape.bench._ref import ffi, lib
 
 K = 1000
 COLUMNS = ["batch/1t", "batch/2t", "c-ref", "bind-loop"]
