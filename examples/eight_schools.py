@@ -25,6 +25,22 @@ def logp(x):
             - 0.5 * np.sum(eta ** 2) - 0.5 * np.sum(((Y - theta) / SIGMA) ** 2))
 
 
+def logp_constrained(p):
+    """The same model on its own scale, p = {"mu", "tau", "eta"}: with
+    bijectors={"tau": exp}, rt.LogDensity samples log(tau) and adds the
+    log-Jacobian itself (see log_density below)."""
+    theta = p["mu"] + p["tau"] * p["eta"]
+    return (-0.5 * (p["mu"] / 5.0) ** 2 - np.log1p((p["tau"] / 5.0) ** 2)
+            - 0.5 * np.sum(p["eta"] ** 2) - 0.5 * np.sum(((Y - theta) / SIGMA) ** 2))
+
+
+def log_density():
+    """rt.LogDensity on the unconstrained space: flat order eta[0..7], mu,
+    tau__exp (sorted keys); ld.constrain(draws) gives mu, tau, eta back."""
+    return rt.LogDensity(logp_constrained, {"mu": 0.0, "tau": 1.0, "eta": np.zeros(8)},
+                         bijectors={"tau": rt.bijectors.exp})
+
+
 def compiled_logp():
     """The compiled tape: .value_and_gradient(x) -> (logp, gradient), one C call."""
     return rt.compile(rt.GradientTape(logp, np.zeros(DIM)))

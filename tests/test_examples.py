@@ -18,6 +18,9 @@ def load(name):
         sys.path.insert(0, str(EXAMPLES))
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    # registered under its name, as an import would: its functions then pickle
+    # by reference into spawned worker processes
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -132,3 +135,96 @@ def test_eight_schools_arviz_summary_and_trace_plot(tmp_path):
     assert (summary["r_hat"] < 1.05).all(), summary
     assert (summary["ess_bulk"] > 200).all(), summary
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_eight_schools_with_the_exp_bijector_is_the_hand_written_log_tau_model():
+    """es.log_density() samples log(tau) through bijectors={"tau": exp}; the
+    hand-written es.logp adds the same log-Jacobian itself."""
+    es = load("eight_schools")
+    ld = es.log_density()
+    assert ld.names == [f"eta[{j}]" for j in range(8)] + ["mu", "tau__exp"]
+    for seed in range(4):
+        x = np.random.default_rng(seed).normal(size=es.DIM)      # [mu, log_tau, eta]
+        y = np.concatenate([x[2:], x[:2]])                       # [eta, mu, log_tau]
+        v, g = ld.logdensity_and_gradient(y)
+        v_ref, g_ref = es.compiled_logp().value_and_gradient(x)
+        assert v == pytest.approx(v_ref, rel=1e-13)
+        np.testing.assert_allclose(g, np.concatenate([g_ref[2:], g_ref[:2]]), rtol=1e-12,
+                                   atol=1e-13)
+        p = ld.constrain(y)
+        assert p["tau"] == pytest.approx(np.exp(x[1]), rel=1e-15) and p["mu"] == x[0]
+
+
+def test_pymc_samples_a_revtape_black_box_likelihood():
+    pytest.importorskip("pymc", reason="pymc is not installed (pip install -e '.[examples-heavy]')")
+    from pytensor.gradient import verify_grad
+    ex = load("pymc_blackbox")
+    # the gradient Op is the derivative of the value Op (PyTensor's finite differences)
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(size=10)
+        x[-1] = abs(x[-1]) + 0.5
+        verify_grad(ex.LogLike(ex.LIKELIHOOD), [x], rng=np.random.default_rng(seed))
+    post = ex.sample(draws=500, tune=500, chains=4, seed=3).posterior
+    assert post["mu"].shape == (4, 500) and post["eta"].shape == (4, 500, 8)
+    check_eight_schools(post["mu"].values, post["tau"].values)
+
+
+def _posterior_mu_tau(post, chains, draws):
+    post = getattr(post, "posterior", post)          # InferenceData with ArviZ, else a dict
+    mu, tau, eta = (np.asarray(post[k]) for k in ("mu", "tau", "eta"))
+    assert mu.shape == tau.shape == (chains, draws) and eta.shape == (chains, draws, 8)
+    return mu, tau
+
+
+def test_dask_chains_on_a_local_cluster_match_the_reference_posterior():
+    pytest.importorskip("dask.distributed",
+                        reason="dask[distributed] is not installed (pip install -e '.[examples]')")
+    pytest.importorskip("littlemcmc", reason="littlemcmc is not installed")
+    ex = load("dask_chains")
+    post = ex.main(chains=4, draws=400, tune=400, seed=5)      # a real 2-process LocalCluster
+    check_eight_schools(*_posterior_mu_tau(post, 4, 400))
+
+
+def test_ray_chains_match_the_reference_posterior():
+    pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[examples-heavy]')")
+    pytest.importorskip("littlemcmc", reason="littlemcmc is not installed")
+    ex = load("ray_chains")
+    post = ex.main(chains=4, draws=400, tune=400, seed=5)
+    mu, tau = _posterior_mu_tau(post, 4, 400)
+    check_eight_schools(mu, tau)
+
+
+def test_walltime_script_times_every_installed_sampler_with_every_gradient():
+    pytest.importorskip("littlemcmc", reason="littlemcmc is not installed")
+    ex = load("eight_schools_walltime")
+    grads = ex.gradients()
+    assert {"revtape", "numpy (by hand)"} <= set(grads)
+    for seed in range(3):                  # the columns time the same function
+        x = np.random.default_rng(seed).normal(size=10)
+        v0, g0 = grads["revtape"]()(x)
+        for make in grads.values():
+            v, g = make()(x)
+            assert v == pytest.approx(v0, rel=1e-12)
+            np.testing.assert_allclose(g, g0, rtol=1e-10, atol=1e-12)
+    res = ex.table(chains=1, draws=30, only=["littlemcmc"])
+    assert set(res) == {("littlemcmc", g) for g in grads}
+    assert all(sec > 0 and np.isfinite(mu) for sec, mu in res.values())
+
+
+def test_threads_and_spawned_processes_give_the_sequential_chains_bit_for_bit():
+    """The scheduling comparison compares like with like: per-thread compiled
+    copies and LogDensities pickled into spawned processes replay the same
+    numbers as one process running the chains one after another."""
+    pytest.importorskip("littlemcmc", reason="littlemcmc is not installed")
+    ex = load("threads_or_processes")
+    res = ex.table(chains=2, draws=20, calls=5, workers=2)
+    for name in ("eight schools, littlemcmc", "logreg 20000x20, gradients"):
+        ref = res[name, "one after another"][1]
+        assert len(ref) == 2 and not np.array_equal(ref[0], ref[1])    # two different chains
+        for how in ("threads", "processes"):
+            sec, chains = res[name, how]
+            assert sec > 0
+            if how == "threads" and "littlemcmc" in name:
+                continue        # littlemcmc draws from numpy's global generator, shared by threads
+            for a, b in zip(chains, ref):
+                np.testing.assert_array_equal(a, b)

@@ -65,3 +65,9 @@ __all__ = [
     "PicklingError", "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]
 __all__.append("array")
+
+
+def __dir__():
+    # the lazily loaded names (grad, CompiledTape, LogDensity, stats, ...) are
+    # public API too: list them with the eagerly imported ones
+    return sorted(set(globals()) | set(__all__) | {"stats", "bijectors"})

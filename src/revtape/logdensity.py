@@ -1,6 +1,6 @@
 """rt.LogDensity: the object a sampler or an optimiser is handed.
 
-    ld = rt.LogDensity(logp, x0, names=None)
+    ld = rt.LogDensity(logp, x0, names=None, bijectors=None)
     ld.logdensity(x)                  # value
     ld.logdensity_and_gradient(x)     # (value, gradient): scipy (jac=True), littlemcmc
     ld.gradient(x), ld.hvp(x, v), ld.hessian(x)
@@ -9,6 +9,7 @@
     ld.grad_and_value(x)              # (gradient, value): mici's grad_neg_log_dens order
     ld.flatten(tree), ld.unflatten(x) # pytree x0 <-> the flat vector of dimension `dimension`
     ld.batch_logdensity(X), ld.batch_logdensity_and_gradient(X, threads=None)   # rows of X
+    ld.constrain(y), ld.unconstrain(tree)   # with bijectors: sampling space <-> f's space
 
 Every method takes the flat float vector of length ``dimension``; a pytree
 ``x0`` (dict, namedtuple, nested lists and tuples of floats and arrays) is
@@ -16,6 +17,21 @@ laid out end to end in its leaf order (JAX's: sorted dict keys), and
 ``flatten``/``unflatten`` convert.  ``f`` is recorded once on that flat
 vector and compiled; every call replays the compiled program in C through a
 pre-bound fast path (``ctape.bind``).
+
+Constraints: ``bijectors=`` gives a ``revtape.bijectors`` bijector (or any
+object with forward / inverse / forward_log_det_jacobian) per leaf of x0, in
+x0's structure or a prefix of it: ``{"tau": bijectors.exp}`` transforms that
+leaf and leaves the rest alone (a dict may name a subset of x0's keys; a
+bijector where x0 has a subtree applies to each of its leaves; None is the
+identity).  x0 is then given in f's (constrained) space, and the object is
+the log density of the unconstrained parameter y, as samplers want it:
+``f(forward(y)) + sum of forward_log_det_jacobian(y)``, recorded and compiled
+as one program.  ``ld.x0`` and every method's x are the flat unconstrained
+vector (a simplex of K entries takes K-1 coordinates, a Cholesky factor its
+free triangle), ``ld.constrain(y)`` maps a point or an array of draws
+(..., dimension) back to x0's structure, ``ld.unconstrain(tree)`` goes the
+other way; ``flatten``/``unflatten`` only lay out the unconstrained leaves.
+A transformed leaf's names carry the bijector: "tau__exp", "w__simplex[0]".
 
 Branches: if a point takes another branch of a comparison than the recording
 did, that point is recorded too (up to 8 recorded branches, then every such
@@ -29,6 +45,7 @@ and pickles carry the recorded tapes (pickle carries ``f`` by reference: a
 module-level function, so that another process can record new branches).
 """
 
+import collections
 import copy
 import threading
 
@@ -58,35 +75,47 @@ class _ThreadState:
 class LogDensity:
     """A compiled log density of a flat parameter vector (see the module docstring)."""
 
-    def __init__(self, f, x0, *, names=None, _tapes=None):
+    def __init__(self, f, x0, *, names=None, bijectors=None, _tapes=None):
         self.f = f
         leaves, treedef = pytree.input_structure(x0)
         self._tree = treedef is not None or isinstance(x0, tuple)
-        leaves = [np.array(v, dtype=np.float64) if not isinstance(v, (float, int, np.floating,
-                                                                       np.integer)) else float(v)
-                  for v in leaves]
+        leaves = [_leaf(v) for v in leaves]
         self._x0_tree = pytree.unflatten(treedef, leaves) if treedef is not None else (
             tuple(leaves) if self._tree else leaves[0])
-        self._parts = Parts(leaves, treedef)
-        self.x0 = self.flatten(x0)
+        self.bijectors = bijectors
+        paths = self._paths(treedef, leaves)
+        self._bij = _spread_bijectors(bijectors, x0, treedef, len(leaves))
+        # the constrained leaves' shapes (constrain() rebuilds them) and the
+        # unconstrained leaves, which lay out the flat vector
+        self._x_shapes = [np.shape(v) for v in leaves]
+        self._x_floats = [np.ndim(v) == 0 for v in leaves]
+        uleaves = [v if b is None else _unconstrained_x0(b, v, path)
+                   for b, v, path in zip(self._bij, leaves, paths)]
+        self._parts = Parts(uleaves, treedef)
+        self.x0 = self._parts.flatten(pytree.unflatten(treedef, uleaves) if treedef is not None
+                                      else tuple(uleaves))
         self.dimension = int(self.x0.size)
-        self.names = self._names(names, treedef, leaves)
-        self._plain_vector = (not self._tree and isinstance(leaves[0], np.ndarray)
-                              and leaves[0].ndim == 1)
+        self.names = self._names(names, [p if b is None else f"{p}__{_bij_name(b)}"
+                                         for p, b in zip(paths, self._bij)], uleaves)
+        self._transformed = any(b is not None for b in self._bij)
+        self._plain_vector = (not self._tree and not self._transformed
+                              and isinstance(leaves[0], np.ndarray) and leaves[0].ndim == 1)
         self._lock = threading.Lock()
         self._local = threading.local()
         self._tapes = list(_tapes) if _tapes is not None else [self._record(self.x0)]
         self._program(self._state(), 0)     # compiled now: a bad program fails here, not mid-run
 
-    def _names(self, names, treedef, leaves):
+    def _paths(self, treedef, leaves):
+        return (pytree.leaf_paths(treedef) if treedef is not None else
+                [f"x[{i}]" for i in range(len(leaves))] if self._tree else ["x"])
+
+    def _names(self, names, paths, leaves):
         if names is not None:
             names = [str(n) for n in names]
             if len(names) != self.dimension:
                 raise InputError(f"names has {len(names)} entries for a dimension of "
                                  f"{self.dimension}")
             return names
-        paths = (pytree.leaf_paths(treedef) if treedef is not None else
-                 [f"x[{i}]" for i in range(len(leaves))] if self._tree else ["x"])
         out = []
         for path, leaf in zip(paths, leaves):
             shape = np.shape(leaf)
@@ -107,10 +136,69 @@ class LogDensity:
         res = self._parts.split_result(x, None)
         return res if self._tree else res[0]
 
+    def constrain(self, y):
+        """The flat unconstrained vector y (or draws of shape (..., dimension))
+        in x0's structure and space: each transformed leaf through its
+        bijector's forward.  Draws give leaves of shape (...,) + the leaf's shape."""
+        y = np.asarray(y, dtype=np.float64)
+        if y.ndim == 0 or y.shape[-1] != self.dimension:
+            raise InputError(f"pass a flat vector of length {self.dimension}, or draws of shape "
+                             f"(..., {self.dimension}) (got shape {y.shape})")
+        lead = y.shape[:-1]
+        rows = y.reshape(-1, self.dimension)
+        b = self._parts.bounds
+        leaves = []
+        for i, (bij, shape, isf) in enumerate(zip(self._bij, self._x_shapes, self._x_floats)):
+            block = rows[:, b[i]:b[i + 1]].reshape((len(rows),) + self._parts.shapes[i])
+            if bij is not None:
+                # row by row: the matrix bijectors take one point at a time
+                block = np.array([np.asarray(bij.forward(r), dtype=np.float64) for r in block])
+                block = block.reshape((len(rows),) + shape)
+            leaf = block.reshape(lead + shape)
+            leaves.append(float(leaf) if isf and not lead else np.array(leaf))
+        return self._structure(leaves)
+
+    def unconstrain(self, x):
+        """A point in x0's structure and space as the flat unconstrained vector
+        (each transformed leaf through its bijector's inverse)."""
+        if self._parts.treedef is not None:
+            leaves = pytree.leaves_of(self._parts.treedef, x)
+        else:
+            leaves = list(x) if self._tree else [x]
+            if len(leaves) != len(self._bij):
+                raise InputError(f"pass a tuple of {len(self._bij)} values, shaped like x0")
+        ys = []
+        for bij, v, shape in zip(self._bij, leaves, self._x_shapes):
+            v = np.asarray(v, dtype=np.float64)
+            if v.shape != shape:
+                raise InputError(f"a leaf of shape {v.shape} where x0 has shape {shape}")
+            ys.append(v if bij is None else np.asarray(bij.inverse(v), dtype=np.float64))
+        return self.flatten(self._structure(ys))
+
+    def _structure(self, leaves):
+        if self._parts.treedef is not None:
+            return pytree.unflatten(self._parts.treedef, leaves)
+        return tuple(leaves) if self._tree else leaves[0]
+
     def _model(self, z):
         if self._plain_vector:
             return self.f(z)
         parts = self._parts.split(z)
+        if self._transformed:
+            # f on the constrained leaves, plus each map's log|det Jacobian|:
+            # the density of the unconstrained parameter
+            logjac = []
+            xs = []
+            for bij, p in zip(self._bij, parts):
+                if bij is None:
+                    xs.append(p)
+                else:
+                    xs.append(bij.forward(p))
+                    logjac.append(bij.forward_log_det_jacobian(p))
+            out = self.f(xs[0]) if not self._tree else call_with(self.f, self._parts.tree(tuple(xs)))
+            for term in logjac:
+                out = out + term
+            return out
         if not self._tree:
             return self.f(parts[0])
         return call_with(self.f, self._parts.tree(parts))
@@ -261,6 +349,7 @@ class LogDensity:
     # ------------------------------------------------ copy and pickle
     def __deepcopy__(self, memo):
         new = LogDensity(self.f, self._x0_tree, names=self.names,
+                         bijectors=copy.deepcopy(self.bijectors, memo),
                          _tapes=copy.deepcopy(self._tapes, memo))
         memo[id(self)] = new
         return new
@@ -269,11 +358,87 @@ class LogDensity:
         return self.__deepcopy__({})
 
     def __reduce__(self):
-        return (_rebuild, (self.f, self._x0_tree, self.names, list(self._tapes)))
+        return (_rebuild, (self.f, self._x0_tree, self.names, list(self._tapes),
+                           self.bijectors))
 
 
-def _rebuild(f, x0, names, tapes):
-    return LogDensity(f, x0, names=names, _tapes=tapes)
+def _rebuild(f, x0, names, tapes, bijectors=None):
+    return LogDensity(f, x0, names=names, bijectors=bijectors, _tapes=tapes)
+
+
+def _leaf(v):
+    if isinstance(v, (float, int, np.floating, np.integer)):
+        return float(v)
+    return np.array(v, dtype=np.float64)
+
+
+def _is_bijector(b):
+    return all(callable(getattr(b, m, None))
+               for m in ("forward", "inverse", "forward_log_det_jacobian"))
+
+
+def _bij_name(b):
+    return getattr(b, "name", None) or type(b).__name__.lower()
+
+
+def _spread_bijectors(spec, x0, treedef, n_leaves):
+    """One bijector (or None) per leaf of x0, from a spec in x0's structure or a prefix of it."""
+    if spec is None:
+        return [None] * n_leaves
+    if _is_bijector(spec):
+        return [spec] * n_leaves
+    if treedef is None:
+        if isinstance(x0, tuple) and isinstance(spec, (tuple, list)) and len(spec) == n_leaves:
+            return [_one(b, f"bijectors[{i}]") for i, b in enumerate(spec)]
+        raise InputError(f"bijectors= takes a bijector, None, or (for a tuple x0) one of them "
+                         f"per entry; got {spec!r:.80}")
+    out = []
+    _spread(spec, treedef, "bijectors", out)
+    return out
+
+
+def _one(b, where):
+    if b is None or _is_bijector(b):
+        return b
+    raise InputError(f"{where} is a {type(b).__name__}, not a bijector (an object with forward, "
+                     "inverse and forward_log_det_jacobian, e.g. revtape.bijectors.exp) or None")
+
+
+def _spread(spec, td, where, out):
+    if spec is None or _is_bijector(spec):
+        out.extend([spec] * td.n_leaves)
+        return
+    if td.kind is None:
+        _one(spec, where)
+    if td.kind in (dict, collections.OrderedDict, collections.defaultdict) and isinstance(spec, dict):
+        keys = td.aux[1] if td.kind is collections.defaultdict else td.aux
+        unknown = [k for k in spec if k not in keys]
+        if unknown:
+            raise InputError(f"{where} names {unknown!r}, which x0 does not have (its keys: "
+                             f"{list(keys)!r})")
+        for k, child in zip(keys, td.children):
+            _spread(spec.get(k), child, f"{where}[{k!r}]", out)
+        return
+    if isinstance(spec, (tuple, list)) and isinstance(td.kind, type) and \
+            issubclass(td.kind, (tuple, list)) and len(spec) == len(td.children):
+        for i, (b, child) in enumerate(zip(spec, td.children)):
+            _spread(b, child, f"{where}[{i}]", out)
+        return
+    raise InputError(f"{where} ({spec!r:.60}) does not follow x0's structure there ({td}): give "
+                     "a bijector or None per leaf, in x0's containers or a prefix of them")
+
+
+def _unconstrained_x0(b, v, path):
+    """The leaf's unconstrained value, refusing a start outside the bijector's image."""
+    with np.errstate(all="ignore"):
+        y = np.asarray(b.inverse(v), dtype=np.float64)
+        back = np.asarray(b.forward(y), dtype=np.float64)
+    if not np.all(np.isfinite(y)) or back.shape != np.shape(v) or not np.allclose(
+            back, v, rtol=1e-8, atol=1e-12):
+        raise InputError(f"x0's {path} = {v!r:.60} is not inside the support of its bijector "
+                         f"{b!r} (its inverse gives {y!r:.60}): start at a point that "
+                         "satisfies the constraint")
+    return float(y) if y.ndim == 0 else y
 
 
 class NegativeLogDensity:
@@ -324,6 +489,12 @@ class NegativeLogDensity:
 
     def unflatten(self, x):
         return self.base.unflatten(x)
+
+    def constrain(self, y):
+        return self.base.constrain(y)
+
+    def unconstrain(self, x):
+        return self.base.unconstrain(x)
 
     def __repr__(self):
         return f"<negative of {self.base!r}>"
