@@ -430,9 +430,9 @@ def _build_casadi(wl, kind, budget) -> PeerColumn:
     if kind == "chain":
         _chain_setup_guard("casadi", _chain_length(wl), budget)
     if kind == "gp":
-        # SX has no Cholesky node: chol() expands into ~n^3/3 scalar operations,
-        # and the gradient graph doubles them.  Measured at n=200: 33-35 s to
-        # build, 184 ms per call on SX's VM.
+        # SX has no Cholesky node: chol() expands into ~n^3/3 scalar operations
+        # and the gradient graph doubles them, so the build grows as n^3 (the
+        # README's results block has the measured cost at n=200).
         n = int(np.size(wl.data["t"]))
         projected = _CASADI_GP_S_PER_N3 * n ** 3
         if projected > budget:
@@ -483,6 +483,7 @@ def _build_casadi(wl, kind, budget) -> PeerColumn:
 #     just tracing 1e4 steps to decide would cost 15 s.
 #   casadi: building SX from Python is ~12-15 us per step and linear
 #     (1e4: 1.5 s, 1e5: 13 s); the probe at 1e4 is cheap and accurate.
+# seconds per n^3 of building CasADi's gp Function (measured at n=200)
 _CASADI_GP_S_PER_N3 = 34.0 / 200 ** 3
 _CHAIN_COST_MODEL = {"jax": (1_000, 1.7), "casadi": (10_000, 1.0)}
 _chain_setup_seen: dict[tuple[str, int], float] = {}
