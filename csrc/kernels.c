@@ -422,3 +422,228 @@ RT_UNARY(KT_UNARY_)
     KT_BINARY1_(NAME, VS, xa[i], yb[0], tav[i], tbv[0], DX, DY)               \
     KT_BINARY1_(NAME, SV, xa[0], yb[i], tav[0], tbv[i], DX, DY)
 RT_BINARY(KT_BINARY_)
+
+/* ------------------------------------------------------------------ fused pairs
+ * The array forms of AXPY (out = a + b*c, b one element) and SQDIFF
+ * (out = (a - b)^2) that the compiler forms from MUL+ADD and SUB+SQUARE
+ * over whole arrays.  Same arithmetic per element as the two instructions
+ * they replace (vm.c's n == 1 code documents it), so the same bits:
+ * products and differences rounded first, the zero-adjoint rule as RT_AZ. */
+
+RT_KCLONES static void rt_kxp_axpy(int64_t n, double *restrict out, const double *restrict xa,
+                                   double t, const double *restrict zc)
+{
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const double prod = t * zc[i];
+        out[i] = xa[i] + prod;
+    }
+}
+
+void rt_kf_AXPY(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c)
+{
+    rt_kxp_axpy(n, v + o, v + a, v[b], v + c);
+}
+
+/* ADD's reverse then MUL's: a's term, the left-to-right sum into b, c's
+ * term, element by element.  One loop: the sum's chain of dependent adds
+ * (what bounds it) hides the other two.  The compiler fuses only where a's
+ * and c's adjoint regions are disjoint or the same slots, and b's is apart
+ * from both, so this order is the pair's for every slot. */
+void rt_kr_AXPY(uint32_t fl, int64_t n, double *d, const double *v,
+                int64_t o, int64_t a, int64_t b, int64_t c)
+{
+    const double *go = d + o, *zc = v + c;
+    double *da = d + a, *dc = d + c;
+    const double t = v[b];
+    double sb = 0.0;
+    int64_t i;
+    switch (fl & 7) {
+    case 1:
+        for (i = 0; i < n; i++)
+            da[i] += RT_AZ(go[i], 1.0);
+        return;
+    case 3:
+        for (i = 0; i < n; i++) {
+            const double g = go[i];
+            da[i] += RT_AZ(g, 1.0);
+            sb += RT_AZ(g, zc[i]);
+        }
+        break;
+    default:
+        for (i = 0; i < n; i++) {
+            const double g = go[i];
+            if (fl & 1) da[i] += RT_AZ(g, 1.0);
+            if (fl & 2) sb += RT_AZ(g, zc[i]);
+            if (fl & 4) dc[i] += RT_AZ(g, t);
+        }
+    }
+    if (fl & 2)
+        d[b] += sb;
+}
+
+RT_KCLONES static void rt_kxp_sqdiff(int64_t n, double *restrict out, const double *restrict xa,
+                                     const double *restrict yb)
+{
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const double t = xa[i] - yb[i];
+        out[i] = t * t;
+    }
+}
+
+void rt_kf_SQDIFF(int64_t n, double *v, int64_t o, int64_t a, int64_t b)
+{
+    rt_kxp_sqdiff(n, v + o, v + a, v + b);
+}
+
+/* SQUARE's reverse gives the difference gt = g * (2 (a - b)); SUB's passes
+ * gt * 1.0 and gt * -1.0 on (nothing for a zero g or gt). */
+#define KX_SQDIFF_PASS_(FN, SIGN)                                             \
+    RT_KCLONES static void FN(int64_t n, double *restrict dd, const double *restrict go, \
+                              const double *restrict xa, const double *restrict yb) \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double g = go[i];                                           \
+            const double gt = g != 0.0 ? g * (2.0 * (xa[i] - yb[i])) : 0.0;  \
+            dd[i] += RT_AZ(gt, SIGN);                                         \
+        }                                                                     \
+    }
+KX_SQDIFF_PASS_(rt_kxp_sqdiff_a, 1.0)
+KX_SQDIFF_PASS_(rt_kxp_sqdiff_b, -1.0)
+#undef KX_SQDIFF_PASS_
+
+RT_KCLONES static void rt_kxp_sqdiff_ab(int64_t n, double *restrict da, double *restrict db,
+                                        const double *restrict go, const double *restrict xa,
+                                        const double *restrict yb)
+{
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const double g = go[i];
+        const double gt = g != 0.0 ? g * (2.0 * (xa[i] - yb[i])) : 0.0;
+        da[i] += RT_AZ(gt, 1.0);
+        db[i] += RT_AZ(gt, -1.0);
+    }
+}
+
+void rt_kr_SQDIFF(uint32_t fl, int64_t n, double *d, const double *v,
+                  int64_t o, int64_t a, int64_t b)
+{
+    const double *go = d + o, *xa = v + a, *yb = v + b;
+    if ((fl & 3) != 3) {
+        if (fl & 1) rt_kxp_sqdiff_a(n, d + a, go, xa, yb);
+        if (fl & 2) rt_kxp_sqdiff_b(n, d + b, go, xa, yb);
+    } else if (a + n <= b || b + n <= a) {
+        rt_kxp_sqdiff_ab(n, d + a, d + b, go, xa, yb);
+    } else if (a >= b) {
+        /* overlapping (x[1:] - x[:-1]): ordered as rt_kr_*_VV orders them,
+         * which is also the one-loop order of vm.c's n == 1 code */
+        rt_kxp_sqdiff_a(n, d + a, go, xa, yb);
+        rt_kxp_sqdiff_b(n, d + b, go, xa, yb);
+    } else {
+        rt_kxp_sqdiff_b(n, d + b, go, xa, yb);
+        rt_kxp_sqdiff_a(n, d + a, go, xa, yb);
+    }
+}
+
+/* ------------------------------------------------------------------ SSD
+ * out = np.sum((a - b)^2) over n elements: REDUCE_SUM of a whole SQDIFF,
+ * fused.  The forward is rt_k_pairwise_sum's algorithm (numpy's pairwise
+ * summation, bit for bit) reading (a[i] - b[i])^2 where it reads x[i], so
+ * the same partial sums round the same way; the reverse is SQDIFF's with
+ * the sum's adjoint g for every element (REDUCE_SUM's reverse gives each
+ * square exactly g).  The squares never go through the arena. */
+
+#define RT_SQD_(i) ((xa[i] - yb[i]) * (xa[i] - yb[i]))
+
+RT_KCLONES static double rt_kxp_ssd(const double *xa, const double *yb, int64_t n)
+{
+    if (n < 8) {
+        double res = 0.0;
+        int64_t i;
+        for (i = 0; i < n; i++)
+            res += RT_SQD_(i);
+        return res;
+    } else if (n <= 128) {
+        double r[8], res;
+        int64_t i, j;
+        for (j = 0; j < 8; j++)
+            r[j] = RT_SQD_(j);
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (j = 0; j < 8; j++)
+                r[j] += RT_SQD_(i + j);
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            res += RT_SQD_(i);
+        return res;
+    } else {
+        int64_t n2 = n / 2;
+        n2 -= n2 % 8;
+        return rt_kxp_ssd(xa, yb, n2) + rt_kxp_ssd(xa + n2, yb + n2, n - n2);
+    }
+}
+#undef RT_SQD_
+
+void rt_kf_SSD(int64_t n, double *v, int64_t o, int64_t a, int64_t b)
+{
+    v[o] = 0.0 + rt_kxp_ssd(v + a, v + b, n);    /* 0.0 +: as REDUCE_SUM */
+}
+
+#define KX_SSD_PASS_(FN, SIGN)                                                \
+    RT_KCLONES static void FN(int64_t n, double *restrict dd, double g,       \
+                              const double *restrict xa, const double *restrict yb) \
+    {                                                                         \
+        int64_t i;                                                            \
+        for (i = 0; i < n; i++) {                                             \
+            const double gt = g * (2.0 * (xa[i] - yb[i]));                    \
+            dd[i] += RT_AZ(gt, SIGN);                                         \
+        }                                                                     \
+    }
+KX_SSD_PASS_(rt_kxp_ssd_a, 1.0)
+KX_SSD_PASS_(rt_kxp_ssd_b, -1.0)
+#undef KX_SSD_PASS_
+
+RT_KCLONES static void rt_kxp_ssd_ab(int64_t n, double *restrict da, double *restrict db,
+                                     double g, const double *restrict xa,
+                                     const double *restrict yb)
+{
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const double gt = g * (2.0 * (xa[i] - yb[i]));
+        da[i] += RT_AZ(gt, 1.0);
+        db[i] += RT_AZ(gt, -1.0);
+    }
+}
+
+void rt_kr_SSD(uint32_t fl, int64_t n, double *d, const double *v,
+               int64_t o, int64_t a, int64_t b)
+{
+    const double g = d[o], *xa = v + a, *yb = v + b;
+    if (g == 0.0)
+        return;                          /* REDUCE_SUM's reverse skips it */
+    if ((fl & 3) != 3) {
+        if (fl & 1) rt_kxp_ssd_a(n, d + a, g, xa, yb);
+        if (fl & 2) rt_kxp_ssd_b(n, d + b, g, xa, yb);
+    } else if (a + n <= b || b + n <= a) {
+        rt_kxp_ssd_ab(n, d + a, d + b, g, xa, yb);
+    } else if (a >= b) {                 /* overlapping: as rt_kr_SQDIFF */
+        rt_kxp_ssd_a(n, d + a, g, xa, yb);
+        rt_kxp_ssd_b(n, d + b, g, xa, yb);
+    } else {
+        rt_kxp_ssd_b(n, d + b, g, xa, yb);
+        rt_kxp_ssd_a(n, d + a, g, xa, yb);
+    }
+}
+
+/* SQDIFF's tangent per element, then REDUCE_SUM's: a left-to-right sum. */
+double rt_kt_SSD(uint32_t fl, int64_t n, const double *t, const double *v, int64_t a, int64_t b)
+{
+    double r = 0.0;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const double dt = ((fl & 1) ? t[a + i] : 0.0) - ((fl & 2) ? t[b + i] : 0.0);
+        r += dt != 0.0 ? dt * (2.0 * (v[a + i] - v[b + i])) : 0.0;
+    }
+    return r;
+}

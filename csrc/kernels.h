@@ -75,6 +75,20 @@ RT_KDECL_W_(WHERE_SV)
 RT_KDECL_W_(CLIP)
 #undef RT_KDECL_W_
 
+/* array forms of the fused pairs AXPY (b one element) and SQDIFF: n > 1 */
+void rt_kf_AXPY(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c);
+void rt_kr_AXPY(uint32_t fl, int64_t n, double *d, const double *v,
+                int64_t o, int64_t a, int64_t b, int64_t c);
+void rt_kf_SQDIFF(int64_t n, double *v, int64_t o, int64_t a, int64_t b);
+void rt_kr_SQDIFF(uint32_t fl, int64_t n, double *d, const double *v,
+                  int64_t o, int64_t a, int64_t b);
+
+/* SSD: v[o] = np.sum((a - b)^2) over n elements (REDUCE_SUM of SQDIFF) */
+void rt_kf_SSD(int64_t n, double *v, int64_t o, int64_t a, int64_t b);
+void rt_kr_SSD(uint32_t fl, int64_t n, double *d, const double *v,
+               int64_t o, int64_t a, int64_t b);
+double rt_kt_SSD(uint32_t fl, int64_t n, const double *t, const double *v, int64_t a, int64_t b);
+
 /* np.sum of x[0..n), bit for bit (REDUCE_SUM's forward, one segment) */
 double rt_k_pairwise_sum(const double *x, int64_t n);
 

@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "48c2e200aba6d907"
+#define RT_OP_TABLE_HASH "a9e0299077d1d292"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -40,6 +40,7 @@
     X(NDTR) \
     X(LOG_NDTR) \
     X(NDTRI) \
+    X(ERFINV) \
     X(LOGIT) \
     X(I0E) \
     X(I1E) \
@@ -149,7 +150,9 @@
     X(AXPY) \
     X(SQDIFF) \
     X(CSUM) \
-    X(PYCALL)
+    X(PYCALL) \
+    X(GAXPY) \
+    X(SSD)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */
 #define RT_UNARY(X) \
@@ -187,6 +190,7 @@
     X(NDTR, (rt_ndtr(x)), (0.39894228040143267794 * exp(-0.5 * x * x))) \
     X(LOG_NDTR, (rt_log_ndtr(x)), (rt_log_ndtr_deriv(x))) \
     X(NDTRI, (rt_ndtri(x)), (2.50662827463100050242 * exp(0.5 * f * f))) \
+    X(ERFINV, (fabs(x) < 0.25 ? x * (0.8862269254527579 + x * x * (0.2320136665346544 + x * x * (0.1275561753055979 + x * x * (0.08655212924154748 + x * x * (0.06495961774538536 + x * x * (0.05173128198461633 + x * x * (0.0428367206517973 + x * x * (0.036465929308531576 + x * x * (0.031689005021605404 + x * x * (0.02798063296499518 + x * x * (0.025022275841198306 + x * x * (0.02260986331889753 + x * x * (0.02060678037905896 + x * x * (0.018918217250778812)))))))))))))) : (x < 0.0 ? rt_ndtri(0.5 * (1.0 + x)) : -rt_ndtri(0.5 * (1.0 - x))) * M_SQRT1_2), (0.88622692545275801365 * exp(f * f))) \
     X(LOGIT, (rt_logit(x)), (1.0 / (x * (1.0 - x)))) \
     X(I0E, (rt_i0e(x)), (rt_i1e(x) - (double)((x > 0) - (x < 0)) * f)) \
     X(I1E, (rt_i1e(x)), (x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f))

@@ -30,6 +30,7 @@
 #include "specfun.h"
 #include "kernels.h"
 #include "linalg.h"
+#include "gaxpy.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390   /* 2 / sqrt(pi), used by ERF */
@@ -75,7 +76,7 @@
 enum {
     RT_N_CASES_ = 0 RT_UNARY(RT_COUNT1_) RT_UNARY_ND(RT_COUNT1_) RT_BINARY(RT_COUNT3_)
                   RT_BINARY_ND(RT_COUNT3_) RT_REDUCE(RT_COUNT1_) RT_GUARDS(RT_COUNT1_)
-                  + 3 /* WHERE_VV/VS/SV */ + 9 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM PYCALL */
+                  + 3 /* WHERE_VV/VS/SV */ + 11 /* GATHER SCATTER_ADD SCATTER MATMUL CLIP AXPY SQDIFF CSUM PYCALL GAXPY SSD */
                   RT_LINALG(RT_COUNT1_)
 };
 typedef char rt_every_opcode_has_a_case_[((int)RT_N_CASES_ == (int)RT_NUM_OPS) ? 1 : -1];
@@ -349,6 +350,7 @@ vm_next:
             /* out = a + b*c (b one scalar): rounded as the add of a rounded
              * product, exactly like the two instructions it replaces. */
             const double t = v[b];
+            if (n > 1) { rt_kf_AXPY(n, v, o, a, b, c); VM_NEXT; }   /* arrays: kernels.c */
             for (i = 0; i < n; i++) {
                 const double prod = t * v[c + i];
                 v[o + i] = v[a + i] + prod;
@@ -357,6 +359,7 @@ vm_next:
         }
         VM_CASE(SQDIFF) {
             /* out = (a - b)^2, rounded like SUB then SQUARE. */
+            if (n > 1) { rt_kf_SQDIFF(n, v, o, a, b); VM_NEXT; }   /* arrays: kernels.c */
             for (i = 0; i < n; i++) {
                 const double t = v[a + i] - v[b + i];
                 v[o + i] = t * t;
@@ -379,6 +382,8 @@ vm_next:
             VM_NEXT;
         }
         VM_CASE(CLIP) { rt_kf_CLIP(n, v, o, a, b, c); VM_NEXT; }
+        VM_CASE(GAXPY) { rt_gaxpy_forward(n, v, ints, o, a, b, c); VM_NEXT; }   /* gaxpy.h */
+        VM_CASE(SSD) { rt_kf_SSD(n, v, o, a, b); VM_NEXT; }                  /* kernels.c */
 
         VM_CASE(REDUCE_SUM) {
             for (s = 0; s < n; s++)
@@ -598,6 +603,7 @@ vm_next:
              * separate instructions would accumulate them. */
             const double t = v[b];
             double sb = 0.0;
+            if (n > 1) { rt_kr_AXPY(fl, n, d, v, o, a, b, c); VM_NEXT; }   /* arrays */
             for (i = 0; i < n; i++) {
                 const double g = d[o + i];
                 if (g != 0.0) {
@@ -612,6 +618,7 @@ vm_next:
         VM_CASE(SQDIFF) {
             /* SQUARE's reverse gives the difference its adjoint gt; SUB's
              * reverse (skipped when gt is zero) passes gt and -gt on. */
+            if (n > 1) { rt_kr_SQDIFF(fl, n, d, v, o, a, b); VM_NEXT; }   /* arrays */
             for (i = 0; i < n; i++) {
                 const double g = d[o + i];
                 if (g != 0.0) {
@@ -648,6 +655,8 @@ vm_next:
             rt_kr_CLIP(fl, n, d, v, o, a, b, c);
             VM_NEXT;
         }
+        VM_CASE(GAXPY) { rt_gaxpy_reverse(fl, n, d, v, ints, o, a, b, c); VM_NEXT; }
+        VM_CASE(SSD) { rt_kr_SSD(fl, n, d, v, o, a, b); VM_NEXT; }
 
         VM_CASE(REDUCE_SUM) {
             if (fl & 1)
@@ -904,14 +913,15 @@ vm_next:
             VM_NEXT;
         }
         VM_CASE(AXPY) {
-            /* out = a + b*c, b one scalar */
+            /* out = a + b*c, b one scalar: MUL's tangent, then ADD's, rounded
+             * as the pair's ((0 + t1*d1) + t2*d2, a zero tangent adding
+             * nothing), so a JVP of the fused program has the pair's bits */
             const double bv = v[b], tb = (fl & 2) ? t[b] : 0.0;
             for (i = 0; i < n; i++) {
                 const double ta = (fl & 1) ? t[a + i] : 0.0, tc = (fl & 4) ? t[c + i] : 0.0;
-                double r = ta;
-                if (tb != 0.0) r += tb * v[c + i];
-                if (tc != 0.0) r += bv * tc;
-                t[o + i] = r;
+                const double tm = (0.0 + (tb != 0.0 ? tb * v[c + i] : -0.0))
+                                  + (tc != 0.0 ? tc * bv : -0.0);
+                t[o + i] = (0.0 + (ta != 0.0 ? ta * 1.0 : -0.0)) + (tm != 0.0 ? tm * 1.0 : -0.0);
             }
             VM_NEXT;
         }
@@ -942,6 +952,8 @@ vm_next:
             }
             VM_NEXT;
         }
+        VM_CASE(GAXPY) { rt_gaxpy_tangent(fl, n, t, v, ints, o, a, b, c); VM_NEXT; }
+        VM_CASE(SSD) { t[o] = rt_kt_SSD(fl, n, t, v, a, b); VM_NEXT; }
 
         VM_CASE(REDUCE_SUM) {
             for (s = 0; s < n; s++) {
@@ -1202,6 +1214,22 @@ static int rt_verify_instr(rt_vctx *vc, const int32_t *w)
     case RT_OP_CLIP:     la = n; lb = 1; lc = 1; break;
     case RT_OP_AXPY:     la = n; lb = 1; lc = n; break;
     case RT_OP_SQDIFF:   la = n; lb = n; break;
+    case RT_OP_SSD:      la = n; lb = n; lo = 1; break;
+    case RT_OP_GAXPY: {
+        /* gaxpy.h: ints[c] = z's offset, ints[c+1] = a's length, then n indices */
+        int64_t zo;
+        if (!rt_vints(vc, "gather-axpy record", c, 2) || !rt_vints(vc, "index map", c + 2, n))
+            return 0;
+        zo = p->ints[c];
+        la = p->ints[c + 1];
+        if (la < 0)
+            return rt_vfail(vc, "negative input length %lld", (long long)la);
+        if (!rt_vindices(vc, c + 2, n, la, "input") || !rt_vregion(vc, "operand z", zo, n, 0)
+            || !rt_voverlap(vc, "operand z", o, n, zo, n))
+            return 0;
+        lb = 1;
+        break;
+    }
     /* Listed by hand, like their kernels: a reduction added to ops.py
      * without a kernel here is rejected (and fails the count check). */
     case RT_OP_REDUCE_MAX:
@@ -1500,6 +1528,21 @@ static void rt_zero_adj(const rt_program *p)
         memset(p->adj, 0, (size_t)p->n_vals * sizeof(double));
 }
 
+/* Before a reverse sweep: the constants' adjoints are never written (their
+ * operands' flags are off, and no instruction's output is a constant) nor
+ * read (a sweep reads the adjoints of outputs and the gradient of inputs),
+ * so only the inputs and the intermediates are zeroed -- data arrays such as
+ * a regression's design matrix are most of some arenas. */
+static void rt_zero_adj_rev(const rt_program *p)
+{
+    if (p->n_in > 0)
+        memset(p->adj, 0, (size_t)p->n_in * sizeof(double));
+    if (p->n_vals > p->n_fixed)
+        memset(p->adj + p->n_fixed, 0, (size_t)(p->n_vals - p->n_fixed) * sizeof(double));
+    if (p->out_off >= p->n_in && p->out_off < p->n_fixed)
+        memset(p->adj + p->out_off, 0, (size_t)p->out_len * sizeof(double));   /* a constant output's seed */
+}
+
 static void rt_copy_grad(const rt_program *p, double *g)
 {
     if (p->n_grad > 0)
@@ -1558,7 +1601,7 @@ int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g)
     if ((st = rt_begin(p, x, p->out_len != 1 || (g == NULL && p->n_grad > 0))) == RT_BUSY)
         return st;
     if (st == RT_OK) {
-        rt_zero_adj(p);
+        rt_zero_adj_rev(p);
         p->adj[p->out_off] = 1.0;
         st = rt_run_reverse(p);
         if (st == RT_OK) {
@@ -1580,7 +1623,7 @@ int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g
         return st;
     if (st == RT_OK) {
         rt_copy_out(p, y);
-        rt_zero_adj(p);
+        rt_zero_adj_rev(p);
         for (i = 0; i < p->out_len; i++)
             p->adj[p->out_off + i] = w[i];
         st = rt_run_reverse(p);
@@ -1602,7 +1645,7 @@ int rt_jacobian(rt_program *p, const double *x, double *y, double *J)
         rt_copy_out(p, y);
         /* One forward, then one reverse sweep per output: row i of J. */
         for (i = 0; i < p->out_len; i++) {
-            rt_zero_adj(p);
+            rt_zero_adj_rev(p);
             p->adj[p->out_off + i] = 1.0;
             if ((st = rt_run_reverse(p)) != RT_OK)
                 break;
@@ -1703,7 +1746,7 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
             memcpy(p->vals, X + r * p->n_in, (size_t)p->n_in * sizeof(double));
         if ((st = rt_run_forward(p)) != RT_OK)
             break;
-        rt_zero_adj(p);
+        rt_zero_adj_rev(p);
         p->adj[p->out_off] = 1.0;
         if ((st = rt_run_reverse(p)) != RT_OK)
             break;

@@ -27,6 +27,10 @@
  *   MATMUL        ints[c..c+3) = (M, K, N); out[M*N] = a[M*K] @ b[K*N], n = M*N
  *   AXPY          out[n] = a[n] + b[0]*c[n]   (the product rounded first, as MUL then ADD)
  *   SQDIFF        out[n] = (a[n] - b[n])^2    (the difference rounded first, as SUB then SQUARE)
+ *   GAXPY         out[n] = a[ints[c+2+k]] + b[0]*z[k],  z = vals + ints[c], a has ints[c+1]
+ *                 elements (GATHER then AXPY; flags 1: a, 2: b, 4: z; csrc/gaxpy.h)
+ *   SSD           out[1] = np.sum((a[n] - b[n])^2), numpy's pairwise order (REDUCE_SUM
+ *                 of a whole SQDIFF)
  *   CSUM          out[1] = a[0] +/- n scalar terms, added left to right; ints[c+k] = e:
  *                 e >= 0 adds vals[e], e < 0 subtracts vals[~e] (n >= 1)
  *   GUARD_*       n = expected result (0 or 1), out = guard number (not an offset),

@@ -246,8 +246,8 @@ def test_unsupported_functions_are_named_by_their_public_names(call, name):
 
 def test_unsupported_scipy_ufuncs_are_named_as_scipy_functions():
     sps = pytest.importorskip("scipy.special")
-    with pytest.raises(rt.UnsupportedError, match=r"scipy\.special\.erfinv"):
-        rt.GradientTape(lambda x: np.sum(sps.erfinv(x)), np.full(2, 0.3))
+    with pytest.raises(rt.UnsupportedError, match=r"scipy\.special\.ellipk"):
+        rt.GradientTape(lambda x: np.sum(sps.ellipk(x)), np.full(2, 0.3))
 
 
 def test_scipy_python_functions_work_on_tracked_values_through_rt_special():

@@ -97,6 +97,20 @@ def test_np_array_of_tracked_values_raises_conversion_error():
     # gradient); revtape does not replace it: rt.array / np.stack do this
     with pytest.raises(rt.ConversionError, match="np.stack"):
         rt.GradientTape(lambda x: np.sum(np.array([x[0], 2.0])), X0)
+    # every way numpy builds a plain array from a list holding a tracked
+    # value names the drop-in that records it, never a silent constant
+    builds = [lambda x: np.array([x[0], 2.0]), lambda x: np.asarray([2.0, x[1]]),
+              lambda x: np.array([[x[0], 1.0], [2.0, x[1]]]),
+              lambda x: np.vstack([[x[0], 1.0], [x[1], 2.0]]),
+              lambda x: np.array(x[1:3]), lambda x: np.array([x[:2], x[2:4]])]
+    for build in builds:
+        with pytest.raises(rt.ConversionError, match=r"rt\.array\(\[t1, 2\.0\]\)"):
+            rt.GradientTape(lambda x: np.sum(build(x)), X0)
+    # and the drop-in gives what np.array would have, tracked
+    def f(x):
+        return np.sum(rt.array([[x[0], 1.0], [2.0, x[1]]]) ** 2)
+    check_all(f, X0)
+    np.testing.assert_array_equal(rt.gradient(f, X0), [2 * X0[0], 2 * X0[1], 0.0, 0.0, 0.0])
 
 
 # ---------------------------------------------------------------- polyval

@@ -105,6 +105,9 @@ if sps is not None:
         "ndtri": (sps.ndtri, lambda p: math.sqrt(2 * math.pi) * np.exp(sps.ndtri(p) ** 2 / 2),
                   lambda r, s: uniform(r, s, 0.05, 0.95)),
         "logit": (sps.logit, lambda p: 1 / (p * (1 - p)), lambda r, s: uniform(r, s, 0.05, 0.95)),
+        # issue 12: added as one op-table row (the CONTRIBUTING.md recipe)
+        "erfinv": (sps.erfinv, lambda x: math.sqrt(math.pi) / 2 * np.exp(sps.erfinv(x) ** 2),
+                   lambda r, s: uniform(r, s, -0.95, 0.95)),
         "i0e": (sps.i0e, lambda x: sps.i1e(x) - np.sign(x) * sps.i0e(x), away_from_zero),
         "i1e": (sps.i1e, lambda x: sps.i0e(x) - sps.i1e(x) / x - np.sign(x) * sps.i1e(x),
                 away_from_zero),

@@ -85,7 +85,12 @@ def seed_programs():
     A = np.array([[2.0, 0.3, 0.1], [0.3, 1.5, 0.2], [0.1, 0.2, 1.0]])
     for f, n in ((lambda x: np.sum(np.linalg.cholesky(A + np.diag(x ** 2)) * x[0]), 3),
                  (lambda x: np.sum(np.linalg.solve(A + np.diag(x ** 2), x)), 3),
-                 (lambda x: np.sum(np.sort(x) * np.arange(4.0)) + np.sum(np.cumsum(x) ** 2), 4)):
+                 (lambda x: np.sum(np.sort(x) * np.arange(4.0)) + np.sum(np.cumsum(x) ** 2), 4),
+                 # array fusions: GAXPY, SSD, AXPY and SQDIFF over arrays
+                 (lambda x: np.sum((np.arange(6.0) - (x[2:][[0, 1, 1, 0, 2, 2]]
+                                                      + x[0] * np.arange(6.0))) ** 2)
+                  + np.sum(np.arange(3.0) * (x[2:] + x[1] * x[2:]) ** 2)
+                  + np.sum(np.arange(3.0) * (x[2:] - x[1:4]) ** 2), 5)):
         try:
             rt.GradientTape(f, np.linspace(0.2, 0.9, n))
         except (rt.RevtapeError, TypeError, ValueError):

@@ -19,6 +19,7 @@ from . import linalg, structure
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
                   value_and_gradient)
 from . import special  # rt.special: scipy.special's names, working on tracked values
+from . import stats    # rt.stats (imported here so that scipy.stats errors can name it)
 from .primitives import defjvp, defvjp, primitive, stop_gradient
 
 __version__ = "0.1.0"

@@ -4,13 +4,11 @@ the row's own C expression, run by the extension on plain arrays
 
 import numpy as np
 
-from . import ops
 
-
-def evaluate(name, *args):
+def evaluate(code, *args):
+    """Run the VM's elementwise opcode `code` (a unary or binary _VV opcode,
+    ops.py passes it: this module imports nothing of revtape's) on arrays."""
     from ._vm import ffi, lib
-    op = ops.OPS[name]
-    code = ops.OPCODE[name.upper() if len(args) == 1 else f"{name.upper()}_VV"]
     arrays = np.broadcast_arrays(*[np.asarray(a, dtype=np.float64) for a in args])
     shape = arrays[0].shape
     flat = [np.ascontiguousarray(a).ravel() for a in arrays]
@@ -19,5 +17,5 @@ def evaluate(name, *args):
     ptr = lambda a: ffi.from_buffer("double[]", a)
     y = ptr(flat[1]) if len(flat) == 2 else ffi.NULL
     if lib.rt_elementwise(code, n, ptr(flat[0]), y, ptr(out.reshape(-1))) != 0:
-        raise AssertionError(f"{op!r} has no elementwise C kernel")  # pragma: no cover
+        raise AssertionError(f"opcode {code} has no elementwise C kernel")  # pragma: no cover
     return out[()]

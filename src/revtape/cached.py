@@ -28,10 +28,11 @@ from collections import namedtuple
 import numpy as np
 
 from . import pytree
-from .api import HessianTape, Parts, gc_paused
+from .hessian import HessianTape, Parts
+from .recording import gc_paused
 from .compiled import CompiledTape
 from .errors import BranchChanged, InputError, StaleTape
-from .functional import is_tracked, track_arg
+from .functional import is_tracked, regroup, track_arg
 from .tape import Tape
 from .transforms import MAX_VARIANTS, StaleTapeWarning, _pre_snapshots, _Watcher, collect_guards
 from .watch import RandomDrawWarning
@@ -296,7 +297,7 @@ def jvp(f, primals=None, tangents=None):
     for t, e in zip(tangents, layout):
         tleaves.extend(pytree.leaves_of(e[0], t, "tangent") if e is not None else [t])
     ydot = ctape._jvp_flat(_flat_arg(leaves), _flat_arg(tleaves))
-    out = tape._vals[tape._output._id]
+    out = tape.values[tape.output_id]
     shape = ctape._program.out_shape
     return out, (float(ydot[0]) if shape == () else ydot.reshape(shape))
 
@@ -307,14 +308,13 @@ def vjp(f, *primals):
     too), each call one reverse sweep in C at the recorded primals."""
     tape, layout, leaves = _record_primals(f, primals)
     ctape = CompiledTape(tape)
-    out = tape._vals[tape._output._id]
+    out = tape.values[tape.output_id]
     x = _flat_arg(leaves)
     lock = threading.Lock()
 
     def vjp_fun(w):
         with lock:                          # the closure's program is one object
             g = ctape.vjp(x, w)
-        from .functional import regroup
         return regroup(g, layout)
 
     return out, vjp_fun

@@ -25,7 +25,10 @@ from . import compiler, pytree
 from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, InputError,
                      OutputError, RevtapeError, VerificationError)
 from .errors import PicklingError
-from .tape import Tape, branch_changed, check_input, check_out
+from .hessian import HessianTape, Parts
+from .guards import branch_changed
+from .tape import NULL_TAPE, Tape
+from .values import check_input, check_out, shape_of
 
 try:
     from ._vm import ffi, lib
@@ -210,6 +213,8 @@ class CompiledTape:
                 name, ", ".join(f"@{v}" for v in (a, b, c)[:_arity(name)]))
             if name.startswith("REDUCE_"):
                 operands = f"@{a}, segment {b}"
+            if name == "GAXPY":                       # a[idx] + b*z, z's offset in ints[c]
+                operands = f"@{a}[ints {c + 2}..], @{b}, @{self._ints[c]}"
             if name.lower() in ops.LINALG_OPS:
                 nn, mm, bits, scratch = self._ints[c:c + 4].tolist()
                 operands = (f"@{a}" + (f", @{b}" if name in ("TRISOLVE", "SOLVE") else "")
@@ -222,7 +227,7 @@ class CompiledTape:
                                                               for off, size, _ in args)
                 operands += "  ; calls back into Python"
             adj = f"  adj {flags:03b}" if flags else ""
-            width = 1 if name == "CSUM" else n       # CSUM's n counts its terms
+            width = 1 if name in ("CSUM", "SSD") else n   # CSUM's n counts terms, SSD's elements
             lines.append(f"{k:5d}  @{out}[{width}] = {name}({operands}){adj}")
         return "\n".join(lines)
 
@@ -263,12 +268,11 @@ class CompiledTape:
         return leaves[0] if len(leaves) == 1 else tuple(leaves)
 
     def _layout(self):
-        """The input's flat layout (api.Parts): flatten()/unflatten() go through it."""
+        """The input's flat layout (hessian.Parts): flatten()/unflatten() go through it."""
         if self._parts is not None:
             return self._parts
         layout = self.__dict__.get("_flat_layout")
         if layout is None:
-            from .api import Parts
             layout = Parts([np.empty(s) if not f else 0.0
                             for s, f in zip(self._in_shapes, self._in_float)], self._treedef)
             layout.legacy_single = self._single and self._treedef is None
@@ -933,7 +937,6 @@ class CompiledTape:
             raise OutputError("hessian() and hvp() need a scalar output: use a GradientTape "
                               "or rt.HessianTape(f, x)")
         if self._hess is None:
-            from .api import HessianTape
             self._hess = CompiledTape(HessianTape._from_tape(self._tape), guards=self._guards)
         return self._hess
 
@@ -973,7 +976,6 @@ class _BoundPin:
 def _check_compilable(tape):
     """A clear error for everything rt.compile cannot take (instead of an
     AttributeError from deep inside the compiler)."""
-    from .tape import NULL_TAPE, Tape
     if isinstance(tape, CompiledTape):
         raise InputError("this is already a CompiledTape; use it as it is (copy.deepcopy(ctape) "
                          "gives an independent copy)")
@@ -1207,7 +1209,7 @@ def _check_program(prog, tape, n_grad_inputs, kind, guards_on, pickled):
         _check_tape(prog, tape, kind)
         if pickled and prog.n_vals > _FREE_ARENA + prog.consts.size:
             try:
-                recorded = sum(np.size(v) for v in tape._vals)
+                recorded = sum(np.size(v) for v in tape.values)
             except Exception:                                   # noqa: BLE001
                 _refuse("the tape's recorded values are not numbers")
     if pickled and prog.n_vals > _FREE_ARENA + prog.consts.size + 4 * recorded:
@@ -1218,13 +1220,12 @@ def _check_program(prog, tape, n_grad_inputs, kind, guards_on, pickled):
 def _check_tape(prog, tape, kind):
     """The tape travelling with a program must be the one it was compiled from
     (same inputs and output): replays report their values into it."""
-    from .tape import shape_of
     try:
-        ins = [tape._vals[t._id] for t in tape._inputs]
-        out = tape._vals[tape._output._id]
+        ins = [tape.values[i] for i in tape.input_ids]
+        out = tape.values[tape.output_id]
     except Exception:                                           # noqa: BLE001
         _refuse("its tape is malformed")
-    if tape._recording:
+    if tape.recording:
         _refuse("its tape is still recording")
     if len(ins) != len(prog.inputs) or any(
             tuple(shape_of(v)) != s or (type(v) is float) != isf
@@ -1289,7 +1290,6 @@ class _Arena:
 
 
 def _kind_of(tape):
-    from .api import HessianTape
     return "hessian" if isinstance(tape, HessianTape) else "tape"
 
 
@@ -1301,7 +1301,7 @@ def _grad_shapes(prog, n_grad_inputs):
 def _arity(name):
     if name.startswith("WHERE") or name in ("CLIP", "AXPY"):
         return 3
-    if name.endswith(("_VV", "_VS", "_SV")) or name == "SQDIFF":
+    if name.endswith(("_VV", "_VS", "_SV")) or name in ("SQDIFF", "SSD"):
         return 2
     return 1
 

@@ -34,6 +34,8 @@ FLAGS_SHIFT = 16
 OPC = ops.OPCODE
 _GUARD = ops.OPS["guard"]
 _ADD, _MUL, _SUB, _SQUARE = (ops.OPS[n] for n in ("add", "mul", "sub", "square"))
+_TAKE = ops.OPS["take"]
+_SUM = ops.OPS["sum"]
 
 
 @dataclass
@@ -105,6 +107,11 @@ def _size(shape):
     return math.prod(shape)
 
 
+def _overlap(r1, r2):
+    """Do two (storage node, first, length) regions share a slot?"""
+    return r1[0] == r2[0] and r1[1] < r2[1] + r2[2] and r2[1] < r1[1] + r1[2]
+
+
 def _shp(v):
     return () if type(v) is float else v.shape
 
@@ -112,9 +119,9 @@ def _shp(v):
 class _Lowering:
     def __init__(self, tape, guards, n_grad):
         self.tape = tape
-        self.vals = tape._vals
+        self.vals = tape.values
         self.guards_on = guards
-        self.n_grad = len(tape._inputs) if n_grad is None else n_grad
+        self.n_grad = len(tape.input_ids) if n_grad is None else n_grad
         self.words = _Words()
         self.ints = []
         self.const_vals = []
@@ -124,22 +131,24 @@ class _Lowering:
         self.guard_list = []
         self.callbacks = []
         self._use_counts = None
+        self.gaxpy_take = {}     # GAXPY instruction index -> the gather (take) it absorbs
+        self.ssd_sum = {}        # SSD (a sum's index) -> the SQDIFF (square's index) it absorbs
 
     # ------------------------------------------------ analysis
     def analyse(self):
         tape = self.tape
-        inputs = [t._id for t in tape._inputs]
+        inputs = list(tape.input_ids)
         dep = set(inputs)                          # depends on an input: recomputed per replay
         adj = set(inputs[:self.n_grad])            # leads back to a differentiated input
         # isdisjoint: the membership tests run in C (a generator expression
         # per instruction cost more than everything else in this loop)
         dep_free, adj_free = dep.isdisjoint, adj.isdisjoint
-        for op, out, args, params in tape._instrs:
+        for op, out, args, params in tape.instructions:
             if out >= 0 and not dep_free(args):
                 dep.add(out)
                 if op.diff and not adj_free(args):
                     adj.add(out)
-        roots = {tape._output._id}
+        roots = {tape.output_id}
         if getattr(tape, "_value_id", None) is not None:
             roots.add(tape._value_id)
         # extra outputs (rt.grad's has_aux values): kept, with their own slots,
@@ -149,7 +158,7 @@ class _Lowering:
         live = set(roots)
         kept = []
         live_update, guards_on = live.update, self.guards_on
-        for instr in reversed(tape._instrs):
+        for instr in reversed(tape.instructions):
             op, out, args, params = instr
             if op is _GUARD:
                 if not guards_on or dep_free(args):
@@ -166,9 +175,9 @@ class _Lowering:
     def layout(self):
         off = 0
         self.input_layout = []
-        for t in self.tape._inputs:
-            v = self.vals[t._id]
-            self.offset[t._id] = off
+        for nid in self.tape.input_ids:
+            v = self.vals[nid]
+            self.offset[nid] = off
             self.input_layout.append((off, tuple(_shp(v)), type(v) is float))
             off += _size(_shp(v))
         self.n_in = off
@@ -180,7 +189,7 @@ class _Lowering:
             for a in args:
                 if a not in self.dep and a not in self.offset:
                     self.offset[a] = self._const(self.vals[a])
-        for r in (self.tape._output._id, getattr(self.tape, "_value_id", None),
+        for r in (self.tape.output_id, getattr(self.tape, "_value_id", None),
                   *getattr(self.tape, "_extra_ids", ())):
             if r is not None and r not in self.dep and r not in self.offset:
                 self.offset[r] = self._const(self.vals[r])
@@ -276,7 +285,11 @@ class _Lowering:
             return i
 
         for k, (op, out, args, params) in enumerate(kept):
+            if op is _SUM:
+                self._sum_of_sqdiff(k, args[0], producer, inner_of, outer_of)
+                continue
             if type(vals[out]) is not float:
+                self._array_fusion(k, op, out, args, fusable, producer, inner_of, outer_of)
                 continue
             if op is _ADD:
                 for t in args:
@@ -291,6 +304,133 @@ class _Lowering:
             if op is _MUL or op is _SUB:
                 producer[out] = k
         return inner_of, outer_of
+
+    def _regions(self):
+        """{node: (storage node, first element, length)} for the nodes the
+        lowering makes offsets into another value's slots (reshape, item, a
+        contiguous take), as lower() decides; every other node owns its slots."""
+        if getattr(self, "_region_of", None) is None:
+            reg, vals = {}, self.vals
+            for op, out, args, params in self.kept:
+                if op.family != ops.STRUCT or op.name not in ("reshape", "item", "take"):
+                    continue
+                src = reg.get(args[0], (args[0], 0, _size(_shp(vals[args[0]]))))
+                if op.name == "reshape":
+                    reg[out] = src
+                elif op.name == "item":
+                    reg[out] = (src[0], src[1] + int(params["i"]), 1)
+                else:
+                    idx = np.asarray(params["idx"]).ravel()
+                    if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
+                        reg[out] = (src[0], src[1] + int(idx[0]), int(idx.size))
+            self._region_of = reg
+        return self._region_of
+
+    def _region(self, node):
+        return self._regions().get(node, (node, 0, _size(_shp(self.vals[node]))))
+
+    def _array_fusion(self, k, op, out, args, fusable, producer, inner_of, outer_of):
+        """The array forms of AXPY (`u + s*v`, s one element) and SQDIFF
+        (`(u - v)**2`), operands of the result's own shape (no broadcasting):
+        the VM's loops over n are the same arithmetic per element as the pair
+        of array instructions, with the same conditions as the scalar pairs.
+        One more for AXPY: its reverse adds u's and v's adjoint terms element
+        by element where the pair adds all of u's first, so regions of u and v
+        that carry adjoints must be disjoint or the same slots, and s's slot
+        outside both -- then every slot receives its terms in the pair's order.
+        (SQDIFF's interleaved order equals SUB's two ordered passes for any
+        overlap: csrc/kernels.c's rt_kr_*_VV.)"""
+        vals, adj = self.vals, self.adj
+        shape = _shp(vals[out])
+        same = lambda a: _shp(vals[a]) == shape
+        if op is _ADD:
+            for t in args:
+                other = args[1] if args[0] == t else args[0]
+                i = producer.get(t)
+                if i is None or self.kept[i][0] is not _MUL or not same(other) or not same(t):
+                    continue
+                x, y = self.kept[i][2]
+                s_, v_ = (x, y) if _size(_shp(vals[x])) == 1 else (y, x)
+                if _size(_shp(vals[s_])) != 1 or not same(v_):
+                    continue
+                carried = [self._region(a) for a in (other, v_) if a in adj]
+                if len(carried) == 2 and carried[0] != carried[1] and _overlap(*carried):
+                    continue
+                if s_ in adj and any(_overlap(self._region(s_), r) for r in carried):
+                    continue
+                i = fusable(t, k, _MUL)
+                if i is not None:
+                    inner_of[i], outer_of[k] = k, ("AXPY", i, t)
+                    self._gather_into_axpy(k, i, other, s_, v_, producer, inner_of, outer_of)
+                    break
+        elif op is _SQUARE:
+            i = producer.get(args[0])
+            if i is not None and self.kept[i][0] is _SUB and all(same(a) for a in self.kept[i][2]):
+                i = fusable(args[0], k, _SUB)
+                if i is not None:
+                    inner_of[i], outer_of[k] = k, ("SQDIFF", i, args[0])
+                    producer[out] = k                # a sum of it may fuse too (SSD)
+        if op is _MUL or op is _SUB:
+            producer[out] = k
+        elif op is _TAKE and out not in self._regions():
+            producer[out] = k                      # a gather, not an alias
+
+    def _sum_of_sqdiff(self, m, sq, producer, inner_of, outer_of):
+        """np.sum over every axis of an array SQDIFF used only there, at most 8
+        instructions on: one SSD (csrc/kernels.c) at the sum's place.  The
+        difference's operands then receive their adjoints at m instead of at
+        the square, so nothing between may read their slots."""
+        k = producer.get(sq)
+        kept, vals = self.kept, self.vals
+        if (k is None or outer_of.get(k, ("",))[0] != "SQDIFF" or k in inner_of
+                or self._uses().get(sq) != 1 or sq in self.roots or m - k > 8):
+            return
+        axis = kept[m][3].get("axis")
+        nd = len(_shp(vals[sq]))
+        if axis is not None and tuple(axis) != tuple(range(nd)):
+            return                                     # partial sums, or axes reordered
+        if set(kept[m][3]) - {"axis", "keepdims"}:
+            return                                     # anything else is not a plain sum
+        sub = kept[outer_of[k][1]][2]
+        regions = [self._region(a) for a in sub]
+        for j in range(k + 1, m):
+            op_j, out_j, args_j, _ = kept[j]
+            if op_j.family == ops.STRUCT and op_j.name in ("reshape", "item"):
+                continue
+            if op_j is _TAKE and out_j in self._regions():
+                continue
+            if any(_overlap(r, self._region(a)) for r in regions for a in args_j):
+                return
+        inner_of[k] = m
+        self.ssd_sum[m] = k
+
+    def _gather_into_axpy(self, k, i, u, s, v, producer, inner_of, outer_of):
+        """AXPY k whose u is a gather (a take that copies) used only there, at
+        most 8 instructions back: fused into one GAXPY (csrc/gaxpy.h), whose
+        reverse scatters into the gathered array at k's place instead of the
+        gather's.  So nothing between may read that array's slots (by exact
+        regions: radon's slope x[1] is read between, its intercepts x[4:] are
+        gathered), and its slots must be apart from s's and v's (their terms
+        are added in the same loop)."""
+        j = producer.get(u)
+        kept, uses = self.kept, self._uses()
+        if (j is None or kept[j][0] is not _TAKE or uses.get(u) != 1 or u in self.roots
+                or k - j > 8 or j in inner_of or not _size(_shp(self.vals[u]))):
+            return
+        src = self._region(kept[j][2][0])
+        if any(_overlap(src, self._region(a)) for a in (s, v)):
+            return
+        for m in range(j + 1, k):
+            op_m, out_m, args_m, _ = kept[m]
+            if m == i or (op_m.family == ops.STRUCT and op_m.name in ("reshape", "item")):
+                continue                 # the fused product, and offsets (no instruction)
+            if op_m is _TAKE and out_m in self._regions():
+                continue
+            if any(_overlap(src, self._region(a)) for a in args_m):
+                return
+        inner_of[j] = k
+        outer_of[k] = ("GAXPY",) + outer_of[k][1:]
+        self.gaxpy_take[k] = j
 
     def sum_chains(self, inner, outer):
         """Runs of scalar additions to emit as one CSUM (CppAD's cumulative sum):
@@ -347,6 +487,13 @@ class _Lowering:
             fam = op.family
             if k in fused_mul or k in links:
                 continue                      # emitted inside the AXPY or CSUM it ends in
+            if k in self.ssd_sum:
+                x, y = self.kept[fused_add[self.ssd_sum[k]][1]][2]
+                o = self._alloc(1)
+                offset[out] = o
+                words.append((OPC["SSD"] | (((x in adj) | ((y in adj) << 1)) << FLAGS_SHIFT),
+                              _size(_shp(vals[x])), o, offset[x], offset[y], 0))
+                continue
             if k in chains:
                 start, terms = chains[k]
                 o = self.next_free
@@ -359,17 +506,28 @@ class _Lowering:
             if k in fused_add:
                 kind, i, t = fused_add[k]
                 x, y = self.kept[i][2]
-                o = self.next_free
-                self.next_free = o + 1
+                n = _size(_shp(vals[out]))       # 1, or an array form (_array_fusion)
+                o = self._alloc(n)
                 offset[out] = o
-                if kind == "AXPY":
+                if kind in ("AXPY", "GAXPY"):
                     other = args[1] if args[0] == t else args[0]
+                    if n != 1 and _size(_shp(vals[x])) != 1:
+                        x, y = y, x                   # b is the one-element operand
+                    if kind == "GAXPY":
+                        _, _, (src,), tparams = self.kept[self.gaxpy_take[k]]
+                        idx = np.asarray(tparams["idx"]).ravel()
+                        rec = self._ints(np.concatenate([[offset[y], _size(_shp(vals[src]))],
+                                                         idx]))
+                        flags = (src in adj) | ((x in adj) << 1) | ((y in adj) << 2)
+                        words.append((OPC["GAXPY"] | (flags << FLAGS_SHIFT), n, o, offset[src],
+                                      offset[x], rec))
+                        continue
                     flags = (other in adj) | ((x in adj) << 1) | ((y in adj) << 2)
-                    words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), 1, o, offset[other],
+                    words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), n, o, offset[other],
                                   offset[x], offset[y]))
                 else:
                     flags = (x in adj) | ((y in adj) << 1)
-                    words.append((OPC["SQDIFF"] | (flags << FLAGS_SHIFT), 1, o, offset[x],
+                    words.append((OPC["SQDIFF"] | (flags << FLAGS_SHIFT), n, o, offset[x],
                                   offset[y], 0))
                 continue
             if type(vals[out]) is float and fam in _SCALAR_FAMILIES:
@@ -530,7 +688,7 @@ class _Lowering:
 
     def program(self):
         tape = self.tape
-        out_id = tape._output._id
+        out_id = tape.output_id
         code = self.words.to_numpy()
         if code.size and (code.max() > np.iinfo(np.int32).max or self.next_free > 2**31 - 1):
             raise UnsupportedError("the tape is too large for 32-bit offsets")
@@ -545,7 +703,7 @@ class _Lowering:
             guards=self.guard_list, value_off=self.offset[vid] if vid is not None else -1,
             extras=[(self.offset[i], tuple(_shp(self.vals[i])))
                     for i in getattr(tape, "_extra_ids", ())],
-            stats={"tape_instructions": len(tape._instrs), "kept": len(self.kept),
+            stats={"tape_instructions": len(tape.instructions), "kept": len(self.kept),
                    "program_instructions": len(self.words),
                    "callback_instructions": len(self.callbacks)},
             callbacks=list(self.callbacks))

@@ -9,7 +9,9 @@ import numpy as np
 
 from . import ops, pytree
 from .errors import InputError, OutputError, TapeMixError
-from .tape import Tape, backprop, shape_of
+from .replay import backprop
+from .tape import Tape
+from .values import shape_of
 
 _GUARD = ops.OPS["guard"]
 
@@ -248,34 +250,31 @@ def traced_value_and_grads(fun, args, kwargs, argnums, has_aux):
         out, aux = split_aux(out)
     inner.finish(out)
     inner._scalar_output()
-    env = list(inner._vals)
+    env = list(inner.values)
     for nid, v in env_in.items():
         env[nid] = v
-    for op, o, ids, params in inner._instrs:
+    for op, o, ids, params in inner.instructions:
         if op is _GUARD:
             a, b = env[ids[0]], env[ids[1]]
             if outer is not None and (is_tracked(a) or is_tracked(b)):
-                outer._check_recording()
-                outer._instrs.append((_GUARD, -1, (outer._arg_id(a), outer._arg_id(b)),
-                                      {**params, "index": outer._n_guards}))
-                outer._n_guards += 1
+                outer.copy_guard(a, b, params)
             continue
         env[o] = ops.apply(op, [env[k] for k in ids], params)
     active = set(diff_ids)
-    for op, o, ids, params in inner._instrs:
+    for op, o, ids, params in inner.instructions:
         if o >= 0 and op.diff and any(k in active for k in ids):
             active.add(o)
-    adj = backprop(inner._instrs, env, inner._output._id, 1.0, active)
+    adj = backprop(inner.instructions, env, inner.output_id, 1.0, active)
     grads = []
     for nid in diff_ids:
-        rec = inner._vals[nid]
+        rec = inner.values[nid]
         g = adj.get(nid)
         if g is None:
             g = 0.0 if type(rec) is float else np.zeros(np.shape(rec))
         elif shape_of(g) != shape_of(rec):
             g = ops.broadcast_to(g, shape_of(rec))
         grads.append(g)
-    value = env[inner._output._id]
+    value = env[inner.output_id]
     if has_aux:
         leaves, td = pytree.flatten(aux)
         aux = pytree.unflatten(td, [env[v._id] if is_tracked(v) and v._tape is inner and v._id >= 0

@@ -252,6 +252,9 @@ _SCIPY = {"solve_triangular": solve_triangular, "cholesky": scipy_cholesky,
 
 
 _scipy_dispatch.route(_sla, _SCIPY)
+_t.DROP_INS["scipy.linalg"] = lambda name, dist: (
+    f"revtape.linalg's {name} (scipy.linalg.{name} looked up after importing revtape)"
+    if name in _SCIPY else None)
 
 __all__ = ["cholesky", "solve", "inv", "slogdet", "det", "eigh", "eigvalsh", "diagonal", "trace", "diag", "tril",
            "triu", "solve_triangular", "cho_factor", "cho_solve", "LinAlgShapeError"]

@@ -51,8 +51,9 @@ import threading
 
 import numpy as np
 
-from . import pytree
-from .api import GradientTape, Parts, call_with
+from . import api as _api, pytree
+from .hessian import Parts
+from .recording import GradientTape, call_with
 from .compiled import CompiledTape
 from .errors import BranchChanged, InputError
 
@@ -290,15 +291,13 @@ class LogDensity:
         v = self._vector(v)
         res = self._replay(x, lambda ctape, run, st: ctape.hvp(st.x, v))
         if res is None:
-            from .api import hvp
-            return hvp(self._model, self._vector(x), v)
+            return _api.hvp(self._model, self._vector(x), v)
         return res
 
     def hessian(self, x):
         res = self._replay(x, lambda ctape, run, st: ctape.hessian(st.x))
         if res is None:
-            from .api import hessian
-            return hessian(self._model, self._vector(x))
+            return _api.hessian(self._model, self._vector(x))
         return res
 
     # ------------------------------------------------ batches (ctape.batch_*)

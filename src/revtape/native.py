@@ -219,6 +219,12 @@ def _fwd(name, n, o, a, b, c, ints):
                 f"for (i = 0; i < {n}; i++) v[{o} + ints[{c} + i]] += v[{a} + i]; }}")
     if name == "SCATTER":
         return f"{{ int64_t i; for (i = 0; i < {n}; i++) v[{o} + ints[{c} + i]] = v[{a} + i]; }}"
+    if name == "SSD":                                       # csrc/kernels.c
+        return f"rt_kf_SSD({n}, v, {o}, {a}, {b});"
+    if name == "GAXPY":                                     # csrc/gaxpy.h
+        return (f"{{ const double t = v[{b}]; int64_t i; for (i = 0; i < {n}; i++) "
+                f"{{ const double prod = t * v[{ints[c]} + i]; "
+                f"v[{o} + i] = v[{a} + ints[{c + 2} + i]] + prod; }} }}")
     raise UnsupportedError(
         f"the native tier does not translate {name} yet; compile this tape with "
         f"native=False (the VM runs every opcode)")
@@ -288,6 +294,16 @@ def _rev(name, fl, n, o, a, b, c, ints):
     if name in ("SCATTER_ADD", "SCATTER"):
         return ("" if not fl & 1 else
                 f"{{ int64_t i; for (i = 0; i < {n}; i++) d[{a} + i] += d[{o} + ints[{c} + i]]; }}")
+    if name == "SSD":
+        return f"rt_kr_SSD({fl}u, {n}, d, v, {o}, {a}, {b});"
+    if name == "GAXPY":                                     # csrc/gaxpy.h
+        z = ints[c]
+        return (f"{{ const double t = v[{b}]; double sb = 0.0; int64_t i; (void)t; (void)sb; "
+                f"for (i = 0; i < {n}; i++) {{ const double g = d[{o} + i]; if (g != 0.0) {{"
+                + (f" d[{a} + ints[{c + 2} + i]] += g;" if fl & 1 else "")
+                + (f" sb += g * v[{z} + i];" if fl & 2 else "")
+                + (f" d[{z} + i] += g * t;" if fl & 4 else "")
+                + " } }" + (f" d[{b}] += sb;" if fl & 2 else "") + " }")
     raise UnsupportedError(f"the native tier does not translate {name} yet")   # unreachable
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _specfun
+from . import _cspecial, _specfun
 try:  # scipy is optional: solve_triangular's reference forward falls back to numpy
     import scipy.linalg as _scipy_linalg
 except ImportError:  # pragma: no cover
@@ -86,6 +86,17 @@ class Op:
     doc: str = ""
     diff: bool = True
     sfwd: object = None               # fast forward on Python floats (None: numpy only)
+    # How users reach the row; every dispatch list (tracked.UFUNC_OPS, ...) is
+    # derived from these fields, so a new row needs no edit elsewhere.
+    ufuncs: tuple = None              # numpy/scipy ufuncs whose call records this row;
+    #                                   None: the row's numpy forward if it is a ufunc
+    special: str = ""                 # scipy.special's name of the row: rt.special.<special>
+    #                                   is the row, scipy's ufunc (when scipy imports) dispatches
+    guard: tuple = None               # comparisons: (C/Python symbol, predicate on floats);
+    #                                   a scalar comparison branches, recording a guard
+    power: float = None               # x ** power (a constant) records this row (square: 2.0)
+    reduces: tuple = ()               # reductions: the ufuncs whose .reduce records this row
+    mask: bool = False                # its 0/1 result may index: x[mask] (comparisons, logical_*)
     index: int = field(default=-1)    # position in OPS
 
     def __repr__(self):
@@ -101,17 +112,33 @@ class Op:
     def __reduce__(self):
         return (op_named, (self.name,))
 
+    def __setattr__(self, name, value):
+        # A row changed after the table was built (a test or a user patching a
+        # rule): cached rt.grad programs were compiled from the old rule and
+        # guard on EPOCH, so they re-record.
+        if _SEALED:
+            EPOCH[0] += 1
+        object.__setattr__(self, name, value)
+
 
 def op_named(name):
     return OPS[name]
 
 
 OPS = {}
-# Bumped whenever a rule changes after import; cached tapes guard on it.
+# Bumped whenever a rule changes after import (Op.__setattr__ once the table
+# is sealed, rt.defvjp/defjvp); cached rt.grad programs guard on it.
 EPOCH = [0]
+_SEALED = False
 
 
 def _def(name, family, fwd, **kw):
+    if kw.get("ufuncs") is None:
+        if kw.get("special"):
+            u = getattr(sps, kw["special"], None) if sps is not None else None
+        else:
+            u = getattr(fwd, "__wrapped__", fwd)
+        kw["ufuncs"] = (u,) if isinstance(u, np.ufunc) else ()
     op = Op(name, family, fwd, **kw)
     op.index = len(OPS)
     OPS[name] = op
@@ -124,6 +151,7 @@ def _quiet(f):
         with np.errstate(all="ignore"):
             return f(*args, **params)
     g.__name__ = getattr(f, "__name__", "fwd")
+    g.__wrapped__ = f     # the row's default ufunc (see _def)
     return g
 
 
@@ -210,64 +238,82 @@ def _as_tuple_axis(axis, ndim):
 
 
 # ---------------------------------------------------------------- elementwise, unary
+# sfwd=: a forward on Python floats for the scalar recording path (no numpy
+# call per instruction).  It may raise where numpy returns inf/nan; the
+# recorder then falls back to the numpy forward.
+
+def _sq(x):
+    return x * x
+
+
+def _recip(x):
+    return 1.0 / x
+
+
 # _unary(name, numpy forward, C value, partial as fn(ans, x), C partial in x, f)
 
-def _unary(name, fwd, c_fwd, partial, c_partial, doc=""):
+def _unary(name, fwd, c_fwd, partial, c_partial, doc="", **kw):
     return _def(name, UNARY, _quiet(fwd), partials=(partial,), c_fwd=c_fwd,
-                c_partials=(c_partial,), doc=doc)
+                c_partials=(c_partial,), doc=doc, **kw)
 
 
-_unary("neg", np.negative, "-x", lambda f, x: -1.0, "-1.0")
-_unary("copy", lambda x: np.array(x, dtype=np.float64), "x", lambda f, x: 1.0, "1.0")
-_unary("exp", np.exp, "exp(x)", lambda f, x: f, "f")
-_unary("log", np.log, "log(x)", lambda f, x: P.reciprocal(x), "1.0 / x")
-_unary("log1p", np.log1p, "log1p(x)", lambda f, x: P.reciprocal(P.add(x, 1.0)), "1.0 / (1.0 + x)")
-_unary("expm1", np.expm1, "expm1(x)", lambda f, x: P.add(f, 1.0), "f + 1.0")
-_unary("sqrt", np.sqrt, "sqrt(x)", lambda f, x: P.div(0.5, f), "0.5 / f")
-_unary("square", np.square, "x * x", lambda f, x: P.mul(2.0, x), "2.0 * x")
-_unary("reciprocal", lambda x: np.divide(1.0, x), "1.0 / x", lambda f, x: P.neg(P.square(f)), "-(f * f)")
-_unary("sin", np.sin, "sin(x)", lambda f, x: P.cos(x), "cos(x)")
-_unary("cos", np.cos, "cos(x)", lambda f, x: P.neg(P.sin(x)), "-sin(x)")
-_unary("tan", np.tan, "tan(x)", lambda f, x: P.add(1.0, P.square(f)), "1.0 + f * f")
-_unary("tanh", np.tanh, "tanh(x)", lambda f, x: P.sub(1.0, P.square(f)), "1.0 - f * f")
-_unary("sinh", np.sinh, "sinh(x)", lambda f, x: P.cosh(x), "cosh(x)")
-_unary("cosh", np.cosh, "cosh(x)", lambda f, x: P.sinh(x), "sinh(x)")
+_unary("neg", np.negative, "-x", lambda f, x: -1.0, "-1.0", sfwd=operator.neg)
+_unary("copy", lambda x: np.array(x, dtype=np.float64), "x", lambda f, x: 1.0, "1.0", sfwd=float)
+_unary("exp", np.exp, "exp(x)", lambda f, x: f, "f", sfwd=math.exp)
+_unary("log", np.log, "log(x)", lambda f, x: P.reciprocal(x), "1.0 / x", sfwd=math.log)
+_unary("log1p", np.log1p, "log1p(x)", lambda f, x: P.reciprocal(P.add(x, 1.0)), "1.0 / (1.0 + x)",
+       sfwd=math.log1p)
+_unary("expm1", np.expm1, "expm1(x)", lambda f, x: P.add(f, 1.0), "f + 1.0", sfwd=math.expm1)
+_unary("sqrt", np.sqrt, "sqrt(x)", lambda f, x: P.div(0.5, f), "0.5 / f",
+       sfwd=math.sqrt, power=0.5)
+_unary("square", np.square, "x * x", lambda f, x: P.mul(2.0, x), "2.0 * x", sfwd=_sq, power=2.0)
+_unary("reciprocal", lambda x: np.divide(1.0, x), "1.0 / x", lambda f, x: P.neg(P.square(f)),
+       "-(f * f)", sfwd=_recip, power=-1.0, ufuncs=(np.reciprocal,))
+_unary("sin", np.sin, "sin(x)", lambda f, x: P.cos(x), "cos(x)", sfwd=math.sin)
+_unary("cos", np.cos, "cos(x)", lambda f, x: P.neg(P.sin(x)), "-sin(x)", sfwd=math.cos)
+_unary("tan", np.tan, "tan(x)", lambda f, x: P.add(1.0, P.square(f)), "1.0 + f * f",
+       sfwd=math.tan)
+_unary("tanh", np.tanh, "tanh(x)", lambda f, x: P.sub(1.0, P.square(f)), "1.0 - f * f",
+       sfwd=math.tanh)
+_unary("sinh", np.sinh, "sinh(x)", lambda f, x: P.cosh(x), "cosh(x)", sfwd=math.sinh)
+_unary("cosh", np.cosh, "cosh(x)", lambda f, x: P.sinh(x), "sinh(x)", sfwd=math.cosh)
 _unary("arctan", np.arctan, "atan(x)", lambda f, x: P.reciprocal(P.add(1.0, P.square(x))),
-       "1.0 / (1.0 + x * x)")
+       "1.0 / (1.0 + x * x)", sfwd=math.atan)
 # abs'(0) = 0 (autograd's convention): the partial is sign(x) -- nan at nan, as np.sign.
 _unary("abs", np.abs, "fabs(x)", lambda f, x: P.sign(x),
-       "x != x ? x : (double)((x > 0) - (x < 0))")
+       "x != x ? x : (double)((x > 0) - (x < 0))", sfwd=abs, ufuncs=(np.absolute, np.fabs))
 _unary("gammaln", _scipy("gammaln", _specfun.gammaln), "rt_gammaln(x)",
-       lambda f, x: P.digamma(x), "rt_digamma(x)")
+       lambda f, x: P.digamma(x), "rt_digamma(x)", special="gammaln")
 _unary("digamma", _scipy("digamma", _specfun.digamma), "rt_digamma(x)",
-       lambda f, x: P.trigamma(x), "rt_trigamma(x)")
+       lambda f, x: P.trigamma(x), "rt_trigamma(x)", special="digamma")
 _unary("trigamma", _polygamma_fwd(1), "rt_trigamma(x)",
        lambda f, x: _polygamma2(x), "rt_tetragamma(x)")
 _unary("expit", _scipy("expit", _specfun.expit), "rt_expit(x)",
-       lambda f, x: P.mul(f, P.sub(1.0, f)), "f * (1.0 - f)")
+       lambda f, x: P.mul(f, P.sub(1.0, f)), "f * (1.0 - f)", special="expit")
 _unary("log_expit", _scipy("log_expit", _specfun.log_expit), "rt_log_expit(x)",
-       lambda f, x: P.expit(P.neg(x)), "rt_expit(-x)")
+       lambda f, x: P.expit(P.neg(x)), "rt_expit(-x)", special="log_expit")
 _unary("erf", _scipy("erf", _specfun.erf), "erf(x)",
        lambda f, x: P.mul(2.0 / math.sqrt(math.pi), P.exp(P.neg(P.square(x)))),
-       "M_2_SQRTPI * exp(-x * x)")
+       "M_2_SQRTPI * exp(-x * x)", sfwd=math.erf, special="erf")
 
 
 # Second wave (issue 13).  Inverse trigonometric/hyperbolic: the partials
 # factor 1 - x^2 as (1 - x)(1 + x), exact near |x| = 1 where x*x rounds.
 _unary("arcsin", np.arcsin, "asin(x)",
        lambda f, x: P.reciprocal(P.sqrt(P.mul(P.sub(1.0, x), P.add(1.0, x)))),
-       "1.0 / sqrt((1.0 - x) * (1.0 + x))")
+       "1.0 / sqrt((1.0 - x) * (1.0 + x))", sfwd=math.asin)
 _unary("arccos", np.arccos, "acos(x)",
        lambda f, x: P.neg(P.reciprocal(P.sqrt(P.mul(P.sub(1.0, x), P.add(1.0, x))))),
-       "-1.0 / sqrt((1.0 - x) * (1.0 + x))")
+       "-1.0 / sqrt((1.0 - x) * (1.0 + x))", sfwd=math.acos)
 _unary("arcsinh", np.arcsinh, "asinh(x)",
-       lambda f, x: P.reciprocal(P.sqrt(P.add(1.0, P.square(x)))), "1.0 / sqrt(1.0 + x * x)")
+       lambda f, x: P.reciprocal(P.sqrt(P.add(1.0, P.square(x)))), "1.0 / sqrt(1.0 + x * x)",
+       sfwd=math.asinh)
 _unary("arccosh", np.arccosh, "acosh(x)",
        lambda f, x: P.reciprocal(P.sqrt(P.mul(P.sub(x, 1.0), P.add(x, 1.0)))),
-       "1.0 / sqrt((x - 1.0) * (x + 1.0))")
+       "1.0 / sqrt((x - 1.0) * (x + 1.0))", sfwd=math.acosh)
 _unary("arctanh", np.arctanh, "atanh(x)",
        lambda f, x: P.reciprocal(P.mul(P.sub(1.0, x), P.add(1.0, x))),
-       "1.0 / ((1.0 - x) * (1.0 + x))")
+       "1.0 / ((1.0 - x) * (1.0 + x))", sfwd=math.atanh)
 
 
 def _sinc_partial(f, x):
@@ -290,45 +336,72 @@ def _scipy_special(name):
     """scipy.special.<name> when scipy imports, else the row's own C function
     run on plain arrays by the extension (rt_elementwise): the reference
     replay then computes exactly what the VM does."""
-    return _scipy(name, lambda *a: _c_elementwise(name, *a))
+    return _scipy(name, lambda *a: c_elementwise(name, *a))
 
 
-def _c_elementwise(name, *args):
-    from . import _cspecial
-    return _cspecial.evaluate(name, *args)
+def c_elementwise(name, *args):
+    """The row `name`'s own C value function (what the VM runs) on plain arrays."""
+    return _cspecial.evaluate(OPCODE[name.upper() if len(args) == 1 else f"{name.upper()}_VV"],
+                              *args)
 
 
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 _unary("erfc", _scipy_special("erfc"), "erfc(x)",
        lambda f, x: P.mul(-2.0 / math.sqrt(math.pi), P.exp(P.neg(P.square(x)))),
-       "-M_2_SQRTPI * exp(-x * x)")
+       "-M_2_SQRTPI * exp(-x * x)", sfwd=math.erfc, special="erfc")
 # erfcx' = 2x erfcx - 2/sqrt(pi); the C partial avoids that difference's
 # cancellation for x >= 2 (a continued fraction), the traced rule keeps the
 # formula (its error, ~x^2 ulps, only reaches third derivatives).
 _unary("erfcx", _scipy_special("erfcx"), "rt_erfcx(x)",
        lambda f, x: P.sub(P.mul(P.mul(2.0, x), f), 2.0 / math.sqrt(math.pi)),
-       "rt_erfcx_deriv(x, f)")
+       "rt_erfcx_deriv(x, f)", special="erfcx")
 _unary("ndtr", _scipy_special("ndtr"), "rt_ndtr(x)",
        lambda f, x: P.mul(1.0 / _SQRT_2PI, P.exp(P.mul(-0.5, P.square(x)))),
-       "0.39894228040143267794 * exp(-0.5 * x * x)")
+       "0.39894228040143267794 * exp(-0.5 * x * x)", special="ndtr")
 # d/dx log ndtr = phi/Phi = sqrt(2/pi) / erfcx(-x/sqrt 2): finite in both tails.
 _unary("log_ndtr", _scipy_special("log_ndtr"), "rt_log_ndtr(x)",
        lambda f, x: P.div(_SQRT_2_PI, P.erfcx(P.mul(-math.sqrt(0.5), x))),
-       "rt_log_ndtr_deriv(x)")
+       "rt_log_ndtr_deriv(x)", special="log_ndtr")
 _unary("ndtri", _scipy_special("ndtri"), "rt_ndtri(x)",
        lambda f, x: P.mul(_SQRT_2PI, P.exp(P.mul(0.5, P.square(f)))),
-       "2.50662827463100050242 * exp(0.5 * f * f)")
+       "2.50662827463100050242 * exp(0.5 * f * f)", special="ndtri")
+
+
+def _erfinv_c():
+    """C value of erfinv.  Where |x| < 1/4, its Maclaurin series (Carlitz's
+    coefficients c_k/(2k+1) (sqrt(pi)/2)^(2k+1), c_0 = 1, c_k = sum_m
+    c_m c_(k-1-m) / ((m+1)(2m+1)); 14 terms reach 1 ulp there): ndtri((1+x)/2)
+    would lose x's low bits when 1+x rounds.  Elsewhere ndtri of (1-|x|)/2,
+    exact for |x| >= 1/2 (Sterbenz) and within 2 ulps of erfinv above 1/4."""
+    from fractions import Fraction
+    c = [Fraction(1)]
+    for k in range(1, 14):
+        c.append(sum(c[m] * c[k - 1 - m] / ((m + 1) * (2 * m + 1)) for m in range(k)))
+    h = math.sqrt(math.pi) / 2
+    coef = [float(ck / (2 * k + 1)) * h ** (2 * k + 1) for k, ck in enumerate(c)]
+    series = repr(coef[-1])
+    for a in reversed(coef[:-1]):
+        series = f"{a!r} + x * x * ({series})"
+    return (f"fabs(x) < 0.25 ? x * ({series}) : (x < 0.0 ? rt_ndtri(0.5 * (1.0 + x)) "
+            ": -rt_ndtri(0.5 * (1.0 - x))) * M_SQRT1_2")
+
+
+# erfinv' = sqrt(pi)/2 exp(erfinv(x)^2), from the output f
+_unary("erfinv", _scipy_special("erfinv"), _erfinv_c(),
+       lambda f, x: P.mul(math.sqrt(math.pi) / 2, P.exp(P.square(f))),
+       "0.88622692545275801365 * exp(f * f)", special="erfinv")
 _unary("logit", _scipy_special("logit"), "rt_logit(x)",
-       lambda f, x: P.reciprocal(P.mul(x, P.sub(1.0, x))), "1.0 / (x * (1.0 - x))")
+       lambda f, x: P.reciprocal(P.mul(x, P.sub(1.0, x))), "1.0 / (x * (1.0 - x))",
+       special="logit")
 # i0e' = i1e - sign(x) i0e;  i1e' = i0e - i1e/x - sign(x) i1e, which is 1/2 at 0.
 _unary("i0e", _scipy_special("i0e"), "rt_i0e(x)",
        lambda f, x: P.sub(P.i1e(x), P.mul(P.sign(x), f)),
-       "rt_i1e(x) - (double)((x > 0) - (x < 0)) * f")
+       "rt_i1e(x) - (double)((x > 0) - (x < 0)) * f", special="i0e")
 _unary("i1e", _scipy_special("i1e"), "rt_i1e(x)",
        lambda f, x: P.where(P.eq(x, 0.0), 0.5, P.sub(P.sub(P.i0e(x), P.div(
            f, P.where(P.eq(x, 0.0), 1.0, x))), P.mul(P.sign(x), f))),
-       "x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f")
+       "x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f", special="i1e")
 
 
 def _polygamma2(x):
@@ -341,24 +414,30 @@ def _polygamma2(x):
 # ---------------------------------------------------------------- elementwise, binary
 # _binary(name, numpy forward, C value, partials as fn(ans, x, y), C partials in x, y, f)
 
-def _binary(name, fwd, c_fwd, partials, c_partials, doc=""):
+def _binary(name, fwd, c_fwd, partials, c_partials, doc="", **kw):
     return _def(name, BINARY, _quiet(fwd), partials=partials, c_fwd=c_fwd,
-                c_partials=c_partials, doc=doc)
+                c_partials=c_partials, doc=doc, **kw)
 
 
-_binary("add", np.add, "x + y", (lambda f, x, y: 1.0, lambda f, x, y: 1.0), ("1.0", "1.0"))
-_binary("sub", np.subtract, "x - y", (lambda f, x, y: 1.0, lambda f, x, y: -1.0), ("1.0", "-1.0"))
-_binary("mul", np.multiply, "x * y", (lambda f, x, y: y, lambda f, x, y: x), ("y", "x"))
+_binary("add", np.add, "x + y", (lambda f, x, y: 1.0, lambda f, x, y: 1.0), ("1.0", "1.0"),
+        sfwd=operator.add)
+_binary("sub", np.subtract, "x - y", (lambda f, x, y: 1.0, lambda f, x, y: -1.0), ("1.0", "-1.0"),
+        sfwd=operator.sub)
+_binary("mul", np.multiply, "x * y", (lambda f, x, y: y, lambda f, x, y: x), ("y", "x"),
+        sfwd=operator.mul)
 _binary("div", np.divide, "x / y",
         (lambda f, x, y: P.reciprocal(y), lambda f, x, y: P.neg(P.div(f, y))),
-        ("1.0 / y", "-f / y"))
+        ("1.0 / y", "-f / y"), sfwd=operator.truediv)
 # power: autograd's conventions -- d/dx is 0 where y == 0, d/dy is 0 where x == 0,
 # selected (not multiplied by a mask), so that they stay 0 when the other
 # factor is nan or inf (x**0 is 1 for every x, nan and inf included).
+# np.power reaches this row through tracked.power, which picks the rows whose
+# power= names a constant exponent (x**2 -> square); hence ufuncs=() here.
 _binary("pow", np.power, "pow(x, y)",
         (lambda f, x, y: P.where(P.eq(y, 0.0), 0.0, P.mul(y, P.pow(x, P.sub(y, 1.0)))),
          lambda f, x, y: P.where(P.eq(x, 0.0), 0.0, P.mul(P.log(x), f))),
-        ("y == 0.0 ? 0.0 : y * pow(x, y - 1.0)", "x == 0.0 ? 0.0 : log(x) * f"))
+        ("y == 0.0 ? 0.0 : y * pow(x, y - 1.0)", "x == 0.0 ? 0.0 : log(x) * f"),
+        sfwd=math.pow, ufuncs=())
 # maximum/minimum: ties split the adjoint evenly (autograd's balanced_eq).
 _binary("maximum", np.maximum, "(x > y || x != x) ? x : y",
         (lambda f, x, y: P.add(P.gt(x, y), P.mul(0.5, P.eq(x, y))),
@@ -372,21 +451,23 @@ _binary("logaddexp", np.logaddexp, "rt_logaddexp(x, y)",
         (lambda f, x, y: P.exp(P.sub(x, f)), lambda f, x, y: P.exp(P.sub(y, f))),
         ("exp(x - f)", "exp(y - f)"))
 _binary("xlogy", _scipy("xlogy", _specfun.xlogy), "rt_xlogy(x, y)",
-        (lambda f, x, y: P.log(y), lambda f, x, y: P.div(x, y)), ("log(y)", "x / y"))
+        (lambda f, x, y: P.log(y), lambda f, x, y: P.div(x, y)), ("log(y)", "x / y"),
+        special="xlogy")
 _binary("arctan2", np.arctan2, "atan2(x, y)",
         (lambda f, x, y: P.div(y, P.add(P.square(x), P.square(y))),
          lambda f, x, y: P.neg(P.div(x, P.add(P.square(x), P.square(y))))),
-        ("y / (x * x + y * y)", "-x / (x * x + y * y)"))
+        ("y / (x * x + y * y)", "-x / (x * x + y * y)"), sfwd=math.atan2)
 _binary("xlog1py", _scipy_special("xlog1py"), "rt_xlog1py(x, y)",
         (lambda f, x, y: P.log1p(y), lambda f, x, y: P.div(x, P.add(1.0, y))),
-        ("log1p(y)", "x / (1.0 + y)"))
+        ("log1p(y)", "x / (1.0 + y)"), special="xlog1py")
 # betaln: one row (not gammaln(a) + gammaln(b) - gammaln(a + b)), because for
 # a >> b those terms cancel to nothing (scipy itself loses 8 digits at
 # a = 1e4, b = 0.2); rt_betaln subtracts the Stirling forms analytically.
 _binary("betaln", _scipy_special("betaln"), "rt_betaln(x, y)",
         (lambda f, x, y: P.sub(P.digamma(x), P.digamma(P.add(x, y))),
          lambda f, x, y: P.sub(P.digamma(y), P.digamma(P.add(x, y)))),
-        ("rt_digamma(x) - rt_digamma(x + y)", "rt_digamma(y) - rt_digamma(x + y)"))
+        ("rt_digamma(x) - rt_digamma(x + y)", "rt_digamma(y) - rt_digamma(x + y)"),
+        special="betaln")
 
 
 def _no_shape_derivative(f, a, x):
@@ -396,15 +477,16 @@ def _no_shape_derivative(f, a, x):
 
 # Regularised incomplete gamma P(a, x) and Q(a, x): differentiable in x only
 # (the callers refuse a tracked a when recording, so a's C partial is never
-# needed and is written as 0).
+# needed and is written as 0; scipy's ufuncs reach them through
+# tracked._gammainc_in_x, which refuses a tracked a, hence ufuncs=()).
 _binary("gammainc", _scipy_special("gammainc"), "rt_gammainc(x, y)",
         (_no_shape_derivative, lambda f, a, x: P.exp(P.sub(P.sub(
             P.xlogy(P.sub(a, 1.0), x), x), P.gammaln(a)))),
-        ("0.0", "rt_gammainc_dx(x, y)"))
+        ("0.0", "rt_gammainc_dx(x, y)"), special="gammainc", ufuncs=())
 _binary("gammaincc", _scipy_special("gammaincc"), "rt_gammaincc(x, y)",
         (_no_shape_derivative, lambda f, a, x: P.neg(P.exp(P.sub(P.sub(
             P.xlogy(P.sub(a, 1.0), x), x), P.gammaln(a))))),
-        ("0.0", "-rt_gammainc_dx(x, y)"))
+        ("0.0", "-rt_gammainc_dx(x, y)"), special="gammaincc", ufuncs=())
 # azmul: absolute-zero multiply, 0 * anything = 0.  Reverse rules use it so that a
 # zero adjoint never becomes nan through an infinite partial.
 _binary("azmul", lambda x, y: np.where(np.asarray(x) == 0, 0.0, np.multiply(x, y))[()],
@@ -419,14 +501,23 @@ def _mask(f):
     return _quiet(lambda *a: np.asarray(f(*a), dtype=np.float64)[()])
 
 
-for _n, _f, _c in [("lt", np.less, "x < y"), ("le", np.less_equal, "x <= y"),
-                   ("gt", np.greater, "x > y"), ("ge", np.greater_equal, "x >= y"),
-                   ("eq", np.equal, "x == y"), ("ne", np.not_equal, "x != y"),
-                   ("logical_and", np.logical_and, "x != 0.0 && y != 0.0"),
+# A comparison row's guard= is (symbol, predicate on floats): a comparison of
+# two scalars returns a bool for Python to branch on and records a guard
+# (GUARD_<NAME> in the VM, in this order); of arrays, a tracked 0/1 mask.
+for _n, _f, _sym, _pred in [("lt", np.less, "<", operator.lt),
+                            ("le", np.less_equal, "<=", operator.le),
+                            ("gt", np.greater, ">", operator.gt),
+                            ("ge", np.greater_equal, ">=", operator.ge),
+                            ("eq", np.equal, "==", operator.eq),
+                            ("ne", np.not_equal, "!=", operator.ne)]:
+    _def(_n, BINARY_ND, _mask(_f), c_fwd=f"(double)(x {_sym} y)", diff=False, ufuncs=(_f,),
+         guard=(_sym, _pred), mask=True)
+for _n, _f, _c in [("logical_and", np.logical_and, "x != 0.0 && y != 0.0"),
                    ("logical_or", np.logical_or, "x != 0.0 || y != 0.0")]:
-    _def(_n, BINARY_ND, _mask(_f), c_fwd=f"(double)({_c})", diff=False)
+    _def(_n, BINARY_ND, _mask(_f), c_fwd=f"(double)({_c})", diff=False, ufuncs=(_f,), mask=True)
 
-_def("logical_not", UNARY_ND, _mask(np.logical_not), c_fwd="(double)(x == 0.0)", diff=False)
+_def("logical_not", UNARY_ND, _mask(np.logical_not), c_fwd="(double)(x == 0.0)", diff=False,
+     ufuncs=(np.logical_not,), mask=True)
 _def("sign", UNARY_ND, _quiet(np.sign), c_fwd="x != x ? x : (double)((x > 0) - (x < 0))",
      diff=False)
 _def("floor", UNARY_ND, _quiet(np.floor), c_fwd="floor(x)", diff=False)
@@ -506,16 +597,16 @@ def _lse_vjp(i, g, ans, x, axis=None, keepdims=False):
                    P.exp(P.sub(x, expand_reduced(ans, shape, axis, keepdims))))
 
 
-_def("sum", REDUCE, _reduce_fwd(np.sum), vjp=_sum_vjp)
-_def("max", REDUCE, _reduce_fwd(np.max), vjp=_maxmin_vjp)
-_def("min", REDUCE, _reduce_fwd(np.min), vjp=_maxmin_vjp)
-_def("prod", REDUCE, _reduce_fwd(np.prod), vjp=_prod_vjp)
+_def("sum", REDUCE, _reduce_fwd(np.sum), vjp=_sum_vjp, reduces=(np.add,))
+_def("max", REDUCE, _reduce_fwd(np.max), vjp=_maxmin_vjp, reduces=(np.maximum,))
+_def("min", REDUCE, _reduce_fwd(np.min), vjp=_maxmin_vjp, reduces=(np.minimum,))
+_def("prod", REDUCE, _reduce_fwd(np.prod), vjp=_prod_vjp, reduces=(np.multiply,))
 _def("logsumexp", REDUCE, _reduce_fwd(_scipy("logsumexp", _specfun.logsumexp)),
-     vjp=_lse_vjp)
+     vjp=_lse_vjp, reduces=(np.logaddexp,))
 _def("all", REDUCE, _reduce_fwd(lambda x, axis, keepdims: np.all(x != 0, axis=axis, keepdims=keepdims)),
-     diff=False)
+     diff=False, reduces=(np.logical_and,))
 _def("any", REDUCE, _reduce_fwd(lambda x, axis, keepdims: np.any(x != 0, axis=axis, keepdims=keepdims)),
-     diff=False)
+     diff=False, reduces=(np.logical_or,))
 
 # ---------------------------------------------------------------- matmul (1-D and 2-D operands)
 
@@ -824,33 +915,23 @@ _def("pycall", PYCALL, _pycall_fwd, vjp=_pycall_vjp,
 # A guard records the outcome of a comparison that Python branched on.  It has
 # no output; replays re-evaluate the exact predicate and stop when it differs.
 
-GUARD_PREDICATES = {
-    "lt": ("<", lambda x, y: x < y), "le": ("<=", lambda x, y: x <= y),
-    "gt": (">", lambda x, y: x > y), "ge": (">=", lambda x, y: x >= y),
-    "eq": ("==", lambda x, y: x == y), "ne": ("!=", lambda x, y: x != y),
-}
+# Derived from the comparison rows' guard= fields: {name: (symbol, predicate)}.
+GUARD_PREDICATES = {op.name: op.guard for op in OPS.values() if op.guard is not None}
 _def("guard", GUARD, None, diff=False,
      doc="params: pred (lt/le/gt/ge/eq/ne), expected (bool), where (source line)")
 
 for _op in OPS.values():
     setattr(P, _op.name, _make_primitive(_op))
 
-# Python-float forwards for the scalar recording path (no numpy call per
-# instruction).  They raise where numpy would return inf/nan; the caller then
-# falls back to the numpy forward.
-_SCALAR_FWD = {
-    "neg": operator.neg, "copy": float, "exp": math.exp, "log": math.log,
-    "log1p": math.log1p, "expm1": math.expm1, "sqrt": math.sqrt,
-    "square": lambda x: x * x, "reciprocal": lambda x: 1.0 / x, "sin": math.sin,
-    "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "sinh": math.sinh,
-    "cosh": math.cosh, "arctan": math.atan, "abs": abs, "erf": math.erf,
-    "erfc": math.erfc, "arcsin": math.asin, "arccos": math.acos, "arcsinh": math.asinh,
-    "arccosh": math.acosh, "arctanh": math.atanh,
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul,
-    "div": operator.truediv, "pow": math.pow, "arctan2": math.atan2,
-}
-for _name, _f in _SCALAR_FWD.items():
-    OPS[_name].sfwd = _f
+# ---------------------------------------------------------------- derived dispatch lists
+# What the numpy API dispatches on, derived from the rows' fields (tracked.py
+# and numpy_api.py read these; nothing else lists ops).
+UFUNC_OPS = {u: op for op in OPS.values() if op.guard is None for u in op.ufuncs}
+UFUNC_COMPARE = {u: op.name for op in OPS.values() if op.guard is not None for u in op.ufuncs}
+REDUCE_UFUNCS = {u: op.name for op in OPS.values() if op.family == REDUCE for u in op.reduces}
+POWER_SPECIAL = {op.power: op for op in OPS.values() if op.power is not None}
+SPECIAL_ROWS = {op.special: op for op in OPS.values() if op.special}
+MASK_OPS = frozenset(op.name for op in OPS.values() if op.mask)
 
 # ---------------------------------------------------------------- the VM's opcodes
 # Derived from the table: one opcode per unary op, three operand-kind variants
@@ -865,7 +946,13 @@ BINARY_VARIANTS = ("VV", "VS", "SV")
 # a run of scalar `s = s + t` / `s = s - t` as one instruction (CppAD's
 # cumulative sum: how scalar code adds up its terms).
 VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDIFF", "CSUM",
-             "PYCALL")
+             "PYCALL",
+             # GAXPY = a[idx] + b*z: AXPY whose first operand is a gather (a
+             # regression's per-group intercept plus slope times covariate)
+             "GAXPY",
+             # SSD = np.sum((a - b)**2): REDUCE_SUM of a whole SQDIFF, pairwise
+             # like numpy, the squares never stored
+             "SSD")
 
 
 def _vm_opcodes():
@@ -902,3 +989,4 @@ def table_fingerprint():
 
 
 OP_TABLE_HASH = table_fingerprint()
+_SEALED = True

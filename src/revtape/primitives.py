@@ -87,7 +87,7 @@ class Primitive:
         site = CallSite(self, template, argpos, kwargs)
         site.arg_shapes = [tuple(np.shape(a.value)) for a in dyn]
         out = tape._record(_PYCALL, dyn, {"site": site})
-        site.out_shape = np.shape(tape._vals[out._id])
+        site.out_shape = np.shape(tape.values[out._id])
         return out
 
     # Primitives are named module-level objects: copies are the object itself,

@@ -21,19 +21,17 @@ import numpy as np
 from . import _scipy_dispatch
 from .errors import UnsupportedError
 from .ops import sps
-from .ops import P
-from .tracked import _polygamma, istracked
+from .ops import P, SPECIAL_ROWS
+from .tracked import DROP_INS, _polygamma, istracked
 from .tracked import value as _value
 from .tracked import logsumexp as _tracked_logsumexp
 
-# ufuncs: one op-table row each (plain inputs run the row's numpy forward:
-# scipy's own function when scipy imports)
-gammaln = P.gammaln
-digamma = psi = P.digamma
-expit = P.expit
-log_expit = P.log_expit
-erf = P.erf
-xlogy = P.xlogy
+# ufuncs: one op-table row each, every row with special="<scipy name>"
+# (plain inputs run the row's numpy forward: scipy's own function when scipy
+# imports); the functions below replace gammainc/gammaincc's.
+for _name, _op in SPECIAL_ROWS.items():
+    globals()[_name] = getattr(P, _op.name)
+psi = digamma   # noqa: F821 (a row, bound by the loop above)
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -48,20 +46,6 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         raise UnsupportedError("logsumexp(b=..., return_sign=...) needs scipy installed")
     from . import _specfun
     return _specfun.logsumexp(a, axis=axis, keepdims=keepdims)
-
-
-# ---------------------------------------------------------------- second wave (issue 13)
-# One op-table row each (C value and partials of revtape's own):
-erfc = P.erfc
-erfcx = P.erfcx
-ndtr = P.ndtr
-log_ndtr = P.log_ndtr
-ndtri = P.ndtri
-logit = P.logit
-i0e = P.i0e
-i1e = P.i1e
-xlog1py = P.xlog1py
-betaln = P.betaln
 
 
 # Regularised incomplete gamma functions, differentiable in x only (a
@@ -124,7 +108,8 @@ def polygamma(n, x):
 SCIPY_ROUTED = {"logsumexp": logsumexp, "polygamma": polygamma, "softmax": softmax,
                 "log_softmax": log_softmax, "multigammaln": multigammaln}
 _scipy_dispatch.route(sps, SCIPY_ROUTED)
+DROP_INS["scipy.special"] = lambda name, dist: (
+    f"rt.special.{name}" if callable(globals().get(name)) else None)
 
-__all__ = ["gammaln", "digamma", "psi", "expit", "log_expit", "erf", "xlogy", "logsumexp",
-           "polygamma", "erfc", "erfcx", "ndtr", "log_ndtr", "ndtri", "logit", "i0e", "i1e", "xlog1py",
-           "betaln", "gammainc", "gammaincc", "softmax", "log_softmax", "multigammaln"]
+__all__ = list(SPECIAL_ROWS) + ["psi", "logsumexp", "polygamma", "softmax", "log_softmax",
+                                 "multigammaln"]

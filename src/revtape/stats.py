@@ -25,9 +25,10 @@ import math
 
 import numpy as np
 
-from . import special as _sp
+from . import linalg as _la, special as _sp
 from .errors import UnsupportedError
 from .ops import P
+from . import tracked as _t
 from .tracked import istracked
 from .tracked import value as _value
 
@@ -562,7 +563,6 @@ class _MultivariateNormal(_Dist):
         The covariance is factored with np.linalg.cholesky (one instruction):
         a covariance that is not positive definite gives nan (scipy raises),
         so a sampler sees a rejectable value."""
-        from . import linalg as _la
         if allow_singular:
             raise UnsupportedError("multivariate_normal.logpdf(allow_singular=True) is not "
                                    "supported on tracked values")
@@ -631,3 +631,7 @@ __all__ = ["norm", "halfnorm", "truncnorm", "cauchy", "halfcauchy", "t", "laplac
            "expon", "gamma", "invgamma", "beta", "lognorm", "uniform", "weibull_min",
            "vonmises", "poisson", "binom", "nbinom", "bernoulli", "geom", "betabinom",
            "dirichlet", "multinomial", "multivariate_normal"]
+
+# scipy.stats.<dist>.<method> on a tracked value: the error names ours
+_t.DROP_INS["scipy.stats"] = lambda name, dist: (
+    f"rt.stats.{dist}.{name}" if dist and hasattr(type(globals().get(dist)), name) else None)

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import ops
 from . import tracked as _t
+from .tracked import _guard_all, masked_getitem  # noqa: F401 (structure.masked_getitem)
 from .errors import UnsupportedError
 
 P = ops.P
@@ -70,16 +71,6 @@ def cumprod(a, axis=None, dtype=None, out=None):
 
 
 # ---------------------------------------------------------------- order statistics
-
-def _guard_all(mask, what):
-    """Record that every element of the tracked 0/1 mask holds (a guard)."""
-    if istracked(mask) and bool(np.size(_value_of(mask))):
-        tape = mask._tape
-        n = len(tape._instrs)
-        bool(_t.reduce("all", mask))          # bool() of a tracked value records the guard
-        if len(tape._instrs) > n and tape._instrs[-1][1] == -1:
-            tape._instrs[-1][3]["what"] = what
-
 
 def _check_kind(name, kind, order, stable=None):
     if order is not None:
@@ -399,52 +390,12 @@ def polyval(p, x):
     return y
 
 
-# ---------------------------------------------------------------- x[mask] by a tracked mask
-
-_MASK_OPS = frozenset(["lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or",
-                       "logical_not"])
-
-
-def _producer(t):
-    """The op that computed tracked value t on its tape (None for inputs/constants)."""
-    for instr in reversed(t._tape._instrs):
-        if instr[1] == t._id:
-            return instr[0]
-    return None
-
-
-def masked_getitem(x, key):
-    """x[mask] with a tracked boolean mask (a comparison or logical_* result):
-    the elements where the mask held at recording, as one gather.  Which
-    elements those are depends on the data, so a guard records that the mask
-    is unchanged: a replay where any element of the mask differs raises
-    rt.BranchChanged (rt.grad re-records), like any branch on a comparison."""
-    if not istracked(key) or istracked(x) and key._tape is not x._tape and key._id >= 0:
-        raise UnsupportedError("indexing with a tracked value depends on the data; use np.where "
-                               "or index with plain integers")
-    op = _producer(key) if key._id >= 0 else None
-    if op is None or op.name not in _MASK_OPS:
-        raise UnsupportedError(
-            "indexing with a tracked value: only a boolean mask made by a comparison or "
-            "np.logical_* on tracked values (x[x > c]) is supported; for other data-dependent "
-            "choices use np.where or index with plain integers")
-    m0 = np.asarray(_value_of(key)) != 0.0
-    shape = _shape(x)
-    idx = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[m0]
-    _guard_all(P.eq(key, m0.astype(np.float64)),
-               "the elements selected by a tracked boolean mask x[mask] changed")
-    return P.take(x, idx=np.ascontiguousarray(idx))
-
-
 _t.HANDLED_FUNCTIONS.update({
     np.cumsum: cumsum, np.cumprod: cumprod, np.sort: sort, np.argsort: argsort,
     np.argmax: argmax, np.argmin: argmin, np.einsum: einsum, np.tensordot: tensordot,
     np.append: append, np.polyval: polyval,
     np.concatenate: concatenate, np.stack: stack, np.hstack: hstack, np.vstack: vstack,
 })
-
-# np.logaddexp.reduce is a log-sum-exp along the axis (one instruction)
-_t._REDUCE_UFUNCS.setdefault(np.logaddexp, "logsumexp")
 
 __all__ = ["cumsum", "cumprod", "sort", "argsort", "argmax", "argmin", "einsum", "tensordot",
            "append", "array", "polyval", "masked_getitem"]

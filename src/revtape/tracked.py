@@ -20,7 +20,8 @@ import numpy as np
 from . import ops
 from .errors import ConversionError, UnsupportedError
 from . import tape as _tape_module
-from .tape import NULL_TAPE, _norm, as_value, shape_of
+from .tape import NULL_TAPE
+from .values import _norm, as_value, shape_of
 
 P = ops.P
 
@@ -209,7 +210,13 @@ class Tracked:
                 "value. " + (
                     f"Use {ours}, revtape's version, which works on tracked and plain values."
                     if ours else "Express it with numpy functions, rt.special or rt.stats."))
-        raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". (Functions that call "
+        # np.array([t1, 2.0]) lands here too: numpy's np.array has no dispatch
+        # hook and always returns a plain ndarray, so name the builders that record
+        raise ConversionError(_NO_FLOAT.format(what="ndarray") + ". To build an array from "
+                              "a list holding tracked values (np.array([t1, 2.0]), "
+                              "np.asarray, nested lists) use rt.array([t1, 2.0]), or "
+                              "np.stack/np.concatenate with a tracked element, which record it. "
+                              "(Functions that call "
                               "np.asarray internally cannot be traced; for scipy.special's "
                               "logsumexp and polygamma use rt.special.logsumexp/polygamma; for "
                               "scipy.linalg's solve_triangular, cholesky, cho_factor, cho_solve, "
@@ -681,7 +688,7 @@ def broadcast_to(x, shape, subok=False):
 
 
 _ITEM = ops.OPS["item"]
-_POWER_SPECIAL = {2.0: ops.OPS["square"], 0.5: ops.OPS["sqrt"], -1.0: ops.OPS["reciprocal"]}
+_POWER_SPECIAL = ops.POWER_SPECIAL    # the rows with power= (x ** 2 -> square)
 
 
 def getitem(x, key):
@@ -692,8 +699,7 @@ def getitem(x, key):
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {n}")
         return _record1(_ITEM, x, {"i": key % n})
     if istracked(key):
-        from .structure import masked_getitem   # x[x > c]: a guarded gather
-        return masked_getitem(x, key)
+        return masked_getitem(x, key)         # x[x > c]: a guarded gather
     if isinstance(key, tuple) and any(istracked(k) for k in key):
         raise UnsupportedError("indexing with a tracked value depends on the data; use np.where "
                                "or index with plain integers")
@@ -1015,28 +1021,61 @@ if hasattr(np, "amax"):
     HANDLED_FUNCTIONS[np.amin] = HANDLED_FUNCTIONS[np.min]
 
 
+# ---------------------------------------------------------------- x[mask] by a tracked mask
+
+_MASK_OPS = ops.MASK_OPS     # rows with mask=True: comparisons and logical_*
+
+
+def _producer(t):
+    """The op that computed tracked value t on its tape (None for inputs/constants)."""
+    for instr in reversed(t._tape._instrs):
+        if instr[1] == t._id:
+            return instr[0]
+    return None
+
+
+def masked_getitem(x, key):
+    """x[mask] with a tracked boolean mask (a comparison or logical_* result):
+    the elements where the mask held at recording, as one gather.  Which
+    elements those are depends on the data, so a guard records that the mask
+    is unchanged: a replay where any element of the mask differs raises
+    rt.BranchChanged (rt.grad re-records), like any branch on a comparison."""
+    if not istracked(key) or istracked(x) and key._tape is not x._tape and key._id >= 0:
+        raise UnsupportedError("indexing with a tracked value depends on the data; use np.where "
+                               "or index with plain integers")
+    op = _producer(key) if key._id >= 0 else None
+    if op is None or op.name not in _MASK_OPS:
+        raise UnsupportedError(
+            "indexing with a tracked value: only a boolean mask made by a comparison or "
+            "np.logical_* on tracked values (x[x > c]) is supported; for other data-dependent "
+            "choices use np.where or index with plain integers")
+    m0 = np.asarray(_value_of(key)) != 0.0
+    shape = tuple(np.shape(_value_of(x)))
+    idx = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)[m0]
+    _guard_all(P.eq(key, m0.astype(np.float64)),
+               "the elements selected by a tracked boolean mask x[mask] changed")
+    return P.take(x, idx=np.ascontiguousarray(idx))
+
+
+def _guard_all(mask, what):
+    """Record that every element of the tracked 0/1 mask holds (a guard)."""
+    if istracked(mask) and bool(np.size(_value_of(mask))):
+        tape = mask._tape
+        n = len(tape._instrs)
+        bool(reduce("all", mask))          # bool() of a tracked value records the guard
+        if len(tape._instrs) > n and tape._instrs[-1][1] == -1:
+            tape._instrs[-1][3]["what"] = what
+
+
 # ---------------------------------------------------------------- ufuncs
 
-_UFUNC_OPS = {
-    np.add: "add", np.subtract: "sub", np.multiply: "mul", np.divide: "div",
-    np.negative: "neg", np.exp: "exp", np.log: "log", np.log1p: "log1p",
-    np.expm1: "expm1", np.sqrt: "sqrt", np.square: "square", np.reciprocal: "reciprocal",
-    np.sin: "sin", np.cos: "cos", np.tan: "tan", np.tanh: "tanh", np.sinh: "sinh",
-    np.cosh: "cosh", np.arctan: "arctan", np.absolute: "abs", np.fabs: "abs",
-    np.maximum: "maximum", np.minimum: "minimum",
-    np.logaddexp: "logaddexp", np.arctan2: "arctan2",
-    np.logical_and: "logical_and", np.logical_or: "logical_or", np.logical_not: "logical_not",
-    np.sign: "sign", np.floor: "floor", np.ceil: "ceil",
-}
-_UFUNC_OPS.update({np.arcsin: "arcsin", np.arccos: "arccos", np.arcsinh: "arcsinh",
-                   np.arccosh: "arccosh", np.arctanh: "arctanh"})
-if _sps is not None:
-    _UFUNC_OPS.update({getattr(_sps, n): n for n in (
-        "erfc", "erfcx", "ndtr", "log_ndtr", "ndtri", "logit", "i0e", "i1e", "xlog1py",
-        "betaln")})
-if _sps is not None:
-    _UFUNC_OPS.update({_sps.gammaln: "gammaln", _sps.digamma: "digamma", _sps.expit: "expit",
-                       _sps.log_expit: "log_expit", _sps.erf: "erf", _sps.xlogy: "xlogy"})
+# The ufuncs that record one row each, the comparisons, the reductions and
+# the constant powers are derived from the op table's fields (ops.UFUNC_OPS
+# ...): a new row with its numpy/scipy ufunc needs no edit here.  What is
+# below is the rest: ufuncs computed from several rows, and refusals.
+_UFUNC_OPS = ops.UFUNC_OPS
+_UFUNC_COMPARE = ops.UFUNC_COMPARE
+_REDUCE_UFUNCS = ops.REDUCE_UFUNCS
 
 
 
@@ -1050,9 +1089,6 @@ def _gammainc_in_x(name):
         return getattr(P, name)(a, x)
     return f
 
-
-_UFUNC_COMPARE = {np.less: "lt", np.less_equal: "le", np.greater: "gt",
-                  np.greater_equal: "ge", np.equal: "eq", np.not_equal: "ne"}
 
 _UFUNC_SPECIAL = {
     np.power: power, np.float_power: power, np.positive: lambda x: x,
@@ -1100,19 +1136,15 @@ def _polygamma(n, x):
     return P.digamma(x) if int(n) == 0 else P.trigamma(x)
 
 
-_REDUCE_UFUNCS = {np.add: "sum", np.multiply: "prod", np.maximum: "max", np.minimum: "min",
-                  np.logical_and: "all", np.logical_or: "any"}
-
-
 def array_ufunc(ufunc, method, inputs, kwargs):
     if method == "__call__" and not kwargs:
-        name = _UFUNC_OPS.get(ufunc)
-        if name is not None:
+        op = _UFUNC_OPS.get(ufunc)
+        if op is not None:
             a = inputs[0]
             if len(inputs) == 1:
-                return _record1(ops.OPS[name], a)
+                return _record1(op, a)
             if len(inputs) == 2 and type(a) in (TrackedReal, TrackedArray):
-                return _record2(ops.OPS[name], a, inputs[1], False)
+                return _record2(op, a, inputs[1], False)
     fname = public_name(ufunc) + ("" if method == "__call__" else f".{method}")
     kwargs = dict(kwargs)
     out = kwargs.pop("out", None)
@@ -1145,9 +1177,9 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         _refuse(fname, "signature")
     if kwargs:
         _refuse(fname, next(iter(kwargs)))
-    name = _UFUNC_OPS.get(ufunc)
-    if name is not None:
-        return getattr(P, name)(*inputs)
+    op = _UFUNC_OPS.get(ufunc)
+    if op is not None:
+        return getattr(P, op.name)(*inputs)
     pred = _UFUNC_COMPARE.get(ufunc)
     if pred is not None:
         return compare(pred, *inputs)
@@ -1166,6 +1198,14 @@ def array_ufunc(ufunc, method, inputs, kwargs):
 # all of them, with REVTAPE_SCIPY_DISPATCH=0) raises ConversionError from
 # __array__, naming rt.special.<name> -- revtape's own function of the same
 # name -- when there is one.
+
+# revtape's replacement for a scipy function, named in the ConversionError a
+# tracked argument raises inside scipy: {scipy package: fn(name, distribution
+# or None) -> what to use instead, or None}.  The drop-in modules (special.py,
+# linalg.py, stats.py) fill it when they import, so that this module, below
+# them, imports none of them.
+DROP_INS = {}
+
 
 def _scipy_caller():
     """(public scipy name, revtape's replacement or None) of the scipy function
@@ -1206,13 +1246,7 @@ def _scipy_caller():
                     and getattr(sys.modules.get(pkg), fname, None) is not None):
                 name, package, public = fname, pkg, f"{pkg}.{fname}"
                 break
-    from . import special
-    ours = f"rt.special.{name}" if (package == "scipy.special"
-                                    and callable(getattr(special, name, None))) else None
-    if package == "scipy.linalg" and name in getattr(sys.modules.get("revtape.linalg"),
-                                                     "_SCIPY", ()):
-        public = f"scipy.linalg.{name}"
-        ours = f"revtape.linalg's {name} (scipy.linalg.{name} looked up after importing revtape)"
+    dist = None
     if package == "scipy.stats":
         # a distribution method (norm.logpdf): its instance names the distribution
         # (a frozen one through .dist; multivariate ones only by class name)
@@ -1224,7 +1258,7 @@ def _scipy_caller():
             dist = cls[:-4] if cls.endswith("_gen") else None
         if dist:
             public = f"scipy.stats.{dist}.{name}"
-            from . import stats as rt_stats
-            if hasattr(type(getattr(rt_stats, dist, None)), name):
-                ours = f"rt.stats.{dist}.{name}"
+    ours = DROP_INS[package](name, dist) if package in DROP_INS else None
+    if package == "scipy.linalg" and ours is not None:
+        public = f"scipy.linalg.{name}"
     return public, ours

@@ -42,7 +42,7 @@ import numpy as np
 
 from . import functional, ops
 from .functional import _holds_tracked
-from .api import gc_paused
+from .recording import gc_paused
 from .compiled import CompiledTape, ffi as _ffi, lib as _lib
 from .errors import BranchChanged, InputError, OutputError, PicklingError, StaleTape
 from .tape import Tape
@@ -110,7 +110,8 @@ class Guards:
 
     def _compile(self):
         # Generated straight-line code, as TorchDynamo does for its guards: one
-        # identity test a line, no loop, no tuple unpacking -- ~20 ns a guard.
+        # identity test a line, no loop, no tuple unpacking (its cost per guard:
+        # README, Results).
         env = {"MISSING": _MISSING, "snapshot": _snapshot, "EPOCH": ops.EPOCH}
         lines = ["def check():"]
 
@@ -813,7 +814,7 @@ class GradFunction:
                               "revtape records it on every call so that each call draws afresh "
                               "(correct, but not compiled). Pass the noise in as an argument "
                               "to get a compiled replay", RandomDrawWarning, stacklevel=3)
-            value = tape._vals[tape._output._id]
+            value = tape.values[tape.output_id]
             grads = tape._grads_out(tape._reverse(1.0), None)
             if isinstance(grads, tuple):
                 grads = grads[:n_diff]               # not the data arguments
@@ -865,7 +866,7 @@ class GradFunction:
             out, aux = functional.split_aux(out)
         tape.finish(out)
         tape._scalar_output()
-        value = tape._vals[tape._output._id]
+        value = tape.values[tape.output_id]
         grads = tape._grads_out(tape._reverse(1.0), None)
         layout = functional.layout_of(args, argnums)
         if layout is not None:
@@ -978,7 +979,7 @@ class _DrawInputs:
                 self.proxies.append(p)
                 self.streams[id(a.bit_generator)] = a.bit_generator
                 self.before.append((a.bit_generator, a.bit_generator.state))
-        self.n_inputs = len(tape._inputs)
+        self.n_inputs = len(tape.input_ids)
 
     def __bool__(self):
         return bool(self.proxies)
@@ -1000,7 +1001,7 @@ class _DrawInputs:
                    for bg, _ in self.before)
 
     def recorded(self):
-        return tuple(self.tape._vals[t._id] for t in self.tape._inputs[self.n_inputs:])
+        return tuple(self.tape.values[i] for i in self.tape.input_ids[self.n_inputs:])
 
     def replay(self, value_and_gradient):
         steps = [(getattr(gen, name), size) for gen, name, size in self.log]
