@@ -2,4 +2,7 @@
 # else about the package lives in pyproject.toml.
 from setuptools import setup
 
-setup(cffi_modules=["src/revtape/_build_vm.py:ffibuilder"])
+# The benchmark's hand-written C references are a second, separate module
+# (revtape.bench._ref), so the runtime extension exports only the VM.
+setup(cffi_modules=["src/revtape/_build_vm.py:ffibuilder",
+                    "src/revtape/bench/_build_ref.py:ffibuilder"])

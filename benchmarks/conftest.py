@@ -26,11 +26,12 @@ except ImportError:  # running from a checkout without PYTHONPATH=src
                                     "src"))
 
 from revtape.bench import columns as C  # noqa: E402
+from revtape.bench import peers as P  # noqa: E402
 
 CALL_BUDGET_S = float(os.environ.get("REVTAPE_BENCH_CALL_BUDGET", "1"))
-PEERS = ["jax", "torch", "autograd", "casadi"]
-COLUMNS = ["revtape", "revtape-bind", "revtape-ref", "c-ref", "numpy-ref"] + PEERS
-_VM_COLUMNS = {"revtape", "revtape-bind", "c-ref"}
+PEERS = P.PEERS
+COLUMNS = C.REVTAPE_COLUMNS + PEERS
+_VM_COLUMNS = {"revtape", "revtape-bind"}
 
 _recorded = {}
 
@@ -39,7 +40,7 @@ def recorded(name, **params):
     """The workload recorded (and compiled) once per session."""
     key = (name, tuple(sorted(params.items())))
     if key not in _recorded:
-        wl = C.W.ALL[name](**params)
+        wl = C.W.WORKLOADS[name](**params)
         _recorded[key] = C.record(wl)
     return _recorded[key]
 

@@ -7,7 +7,8 @@ Columns (each first checked against the numpy reference at every row):
 ``batch/1t`` and ``batch/2t`` -- ``ctape.batch_value_and_gradient(X,
 threads=n)``, one C call per thread with the GIL released (scalar code runs
 as array code over 24-point lanes, csrc/batch.c); ``c-ref`` -- the
-hand-written C value and gradient (csrc/reference.c) looped over the rows in
+hand-written C value and gradient (csrc/bench/reference.c, revtape.bench._ref)
+looped over the rows in
 C (``ref_eight_schools_batch``), so neither side pays a per-point call from
 Python; ``c-ref/2t`` -- the same C split over two threads (what two threads
 can give on this machine at this moment: the ceiling for batch/2t on a
@@ -32,8 +33,8 @@ except ImportError:  # running from a checkout without PYTHONPATH=src
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                     "src"))
     import revtape as rt
-from revtape import workloads
-from revtape._vm import ffi, lib
+from revtape.bench import workloads
+from revtape.bench._ref import ffi, lib
 
 K = 1000
 COLUMNS = ["batch/1t", "batch/2t", "c-ref", "c-ref/2t", "bind-loop"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import workloads
+from revtape.bench import workloads
 from revtape._vm import lib
 
 CASES = {

@@ -22,7 +22,7 @@ if __name__ == "__main__":   # run as a script: this checkout's revtape
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                     "src"))
 import revtape as rt  # noqa: E402
-from revtape import workloads  # noqa: E402
+from revtape.bench import workloads  # noqa: E402
 
 CASES = {
     "eight-schools": lambda: workloads.eight_schools(),

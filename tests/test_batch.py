@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import workloads as W
+from revtape.bench import workloads as W
 
 import _primitive_helpers as H
 

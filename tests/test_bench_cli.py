@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PEERS = ["jax", "torch", "autograd", "casadi"]
 STATUSES = {"ok", "skipped", "mismatch"}
 COLUMN_KEYS = {"status", "median_us", "min_us", "max_us", "ratio", "setup_s", "max_rel_err"}
-VM_COLUMNS = ["revtape", "revtape-bind", "c-ref"]
+VM_COLUMNS = ["revtape", "revtape-bind", "c-ref", "c-ref-bound"]
 
 
 def _vm_built():
@@ -90,6 +90,13 @@ def _check_all_passed(result):
                 assert cols[name]["status"] == "ok", (w["name"], name, cols[name])
             else:
                 assert cols[name]["status"] == "skipped" and "C extension" in cols[name]["reason"]
+        if cols["c-ref-bound"]["status"] == "ok":
+            # ratios of the minimums to the C floor, on every timed column
+            assert cols["c-ref-bound"]["ratio_c_bound"] == pytest.approx(1.0)
+            for col in cols.values():
+                if col["status"] == "ok":
+                    assert col["ratio_c_bound"] == pytest.approx(
+                        col["min_us"] / cols["c-ref-bound"]["min_us"])
         if cols["revtape"]["status"] == "ok":
             assert cols["revtape"]["ratio"] == pytest.approx(1.0)
             for col in cols.values():
@@ -142,7 +149,7 @@ def test_bad_arguments():
 
 
 def test_hmc_sampler_is_deterministic():
-    from revtape import workloads as W
+    from revtape.bench import workloads as W
     from revtape.bench.hmc import hmc
 
     wl = W.eight_schools()

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import revtape as rt
 from revtape import compiler, ops
-from revtape import workloads
+from revtape.bench import workloads
 from revtape import special as sps   # revtape's own: works without scipy installed
 
 RNG = np.random.default_rng(42)

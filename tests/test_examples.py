@@ -67,7 +67,7 @@ def test_emcee_vectorized_walkers_find_the_known_mean():
 # means and their Monte Carlo standard errors, from one long run independent
 # of revtape and of the samplers under test except nutpie: nutpie 0.16.8
 # (from_pyfunc) on the hand-written numpy gradient of
-# revtape.workloads.eight_schools, 8 chains x 25000 draws after 2000 tuning,
+# revtape.bench.workloads.eight_schools, 8 chains x 25000 draws after 2000 tuning,
 # seed 12345; MCSE = sd / sqrt(ess) with ArviZ's ess (234k for mu, 109k for tau).
 ES_REF = {"mu": (4.401, 0.007), "tau": (3.575, 0.010)}
 
@@ -90,7 +90,7 @@ def check_eight_schools(mu, tau):
 
 
 def test_eight_schools_compiled_gradient_matches_the_hand_written_one():
-    from revtape.workloads import eight_schools
+    from revtape.bench.workloads import eight_schools
     es = load("eight_schools")
     ctape, numpy_vg = es.compiled_logp(), eight_schools().numpy_vg
     for seed in range(5):

@@ -610,7 +610,7 @@ def test_reverse_and_tangent_sweeps_agree(name, rng):
 
 
 def test_gp_workload_gradient_and_hessian():
-    from revtape import workloads as W
+    from revtape.bench import workloads as W
     wl = W.gp(n=20)
     tape = rt.GradientTape(wl.f, wl.x0)
     ct = rt.compile(tape)

@@ -119,3 +119,33 @@ def test_available_reports_installed_peers():
     for peer in peers.PEERS:
         ok, reason = peers.available(peer)
         assert isinstance(ok, bool) and isinstance(reason, str) and reason
+
+
+# The issue-13 workloads at small sizes, against their hand-written analytic
+# value and gradient (checked against finite differences in test_workloads.py).
+def _small(name):
+    from revtape.bench import workloads as W
+    return {"gp": lambda: W.gp(n=12, seed=1), "radon": lambda: W.radon(N=60, J=7, seed=2),
+            "mvn": lambda: W.mvn(n=5, m=4, seed=3)}[name]()
+
+
+@pytest.mark.parametrize("name", ["gp", "radon", "mvn"])
+@pytest.mark.parametrize("peer", peers.PEERS)
+def test_linear_algebra_workloads_match_analytic_gradient(peer, name):
+    pytest.importorskip(NEEDS[peer])
+    pytest.importorskip("scipy")      # the workloads' analytic references use scipy.linalg
+    wl = _small(name)
+    col = peers.build(peer, wl)
+    rng = np.random.default_rng(7)
+    for x in (wl.x0, wl.x0 + 0.1 * rng.standard_normal(wl.x0.size)):
+        value, grad = col.vg(x.copy())
+        ref_value, ref_grad = wl.numpy_vg(x.copy())
+        assert isinstance(value, float) and grad.shape == x.shape
+        np.testing.assert_allclose(value, ref_value, rtol=1e-10)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-8, atol=1e-10 * np.abs(ref_grad).max())
+
+
+def test_casadi_gp_skips_when_its_scalar_cholesky_would_exceed_the_budget():
+    pytest.importorskip("casadi")
+    with pytest.raises(peers.Skip, match="Cholesky"):
+        peers.build("casadi", _small("gp"), setup_budget=1e-9)

@@ -6,7 +6,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from revtape import workloads as W
+from revtape.bench import workloads as W
 
 NAMES = sorted(W.ALL)
 
@@ -25,15 +25,20 @@ def _fd_grad(f, x, idx, h=1e-4):
     return out
 
 
-def _vm():
-    """(ffi, lib) of the compiled extension; skip only if it is not built."""
+def _ext(name):
+    """A compiled extension module; skip only if it is not built."""
     try:
-        spec = importlib.util.find_spec("revtape._vm")
+        spec = importlib.util.find_spec(name)
     except ModuleNotFoundError:
         spec = None
     if spec is None:
-        pytest.skip("revtape._vm extension not built")
-    mod = importlib.import_module("revtape._vm")  # a broken build must fail, not skip
+        pytest.skip(f"{name} extension not built")
+    return importlib.import_module(name)  # a broken build must fail, not skip
+
+
+def _vm():
+    """(ffi, lib) of the benchmark's C references (revtape.bench._ref)."""
+    mod = _ext("revtape.bench._ref")
     return mod.ffi, mod.lib
 
 
@@ -53,6 +58,63 @@ def test_registry():
         assert w.name == name
         assert isinstance(w.x0, np.ndarray) and w.x0.dtype == np.float64 and w.x0.ndim == 1
         assert w.c_name.startswith("ref_") and w.c_name.endswith("_vg")
+
+
+def test_one_registry_in_bench_order():
+    from revtape.bench import cli, peers
+    assert list(W.WORKLOADS) == ["eight-schools", "rosenbrock-loop", "rosenbrock-vec", "logreg",
+                                 "chain", "gp", "radon", "mvn"]
+    assert set(W.EXTRA) == {"gp", "mvn"} and set(W.ALL) | set(W.EXTRA) == set(W.WORKLOADS)
+    assert cli.WORKLOADS == list(W.WORKLOADS) + ["hmc", "threads"]
+    assert cli.PEER_NAMES is peers.PEERS
+    # every workload has a peer implementation, written once for all peers
+    assert set(peers._OBJECTIVES) == set(W.WORKLOADS)
+    for name, factory in W.EXTRA.items():
+        assert factory().c_name is None
+        with pytest.raises(ValueError, match="no hand-written C reference"):
+            factory().make_c_vg()
+
+
+def test_old_module_name_is_the_bench_module():
+    import revtape.bench.workloads
+    import revtape.workloads
+    assert revtape.workloads is revtape.bench.workloads
+
+
+def test_runtime_extension_exports_no_benchmark_reference():
+    vm = _ext("revtape._vm")
+    _vm()   # the references are built, in their own module
+    assert not [n for n in dir(vm.lib) if n.startswith("ref_")]
+    with pytest.raises(ValueError, match="revtape.bench._ref"):
+        W.eight_schools().make_c_vg(vm.ffi, vm.lib)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_c_reference_bound_call_equals_per_call_conversion(name):
+    _vm()
+    w = W.ALL[name]()
+    cref = w.make_c_vg()
+    x = w.x0 + 0.25
+    v1, g1 = cref(x.copy())
+    xb, gb = np.zeros_like(x), np.full(x.size, np.nan)
+    run = cref.bind(xb, gb)
+    xb[...] = x                     # the bound call reads x where it is, every call
+    assert run() == v1
+    np.testing.assert_array_equal(gb, g1)
+    xb[...] = w.x0
+    assert run() == cref(w.x0.copy())[0]
+
+
+def test_c_reference_refuses_buffers_it_would_overrun():
+    _vm()
+    w = W.rosenbrock_vec(10)
+    cref = w.make_c_vg()
+    with pytest.raises(ValueError, match="10 values"):
+        cref(np.zeros(9))
+    with pytest.raises(ValueError, match="float64"):
+        cref.bind(np.zeros(10, dtype=np.float32), np.zeros(10))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        cref(np.zeros(20)[::2])
 
 
 def test_defaults_and_shapes():
@@ -166,7 +228,7 @@ def test_logreg_extreme_eta_is_stable():
 
 def _check_c(w, x):
     ffi, lib = _vm()
-    c_vg = w.make_c_vg(ffi, lib)
+    c_vg = w.make_c_vg()
     vn, gn = w.numpy_vg(x)
     g = np.full(x.size, np.nan)
     vc, g_out = c_vg(np.ascontiguousarray(x, dtype=np.float64), g)
@@ -246,7 +308,7 @@ def test_radon_compiled_matches_both_references():
     w = W.radon(N=120, J=11, seed=3)
     ct = rt.compile(rt.GradientTape(w.f, w.x0))
     ffi, lib = _vm()
-    c_vg = w.make_c_vg(ffi, lib)
+    c_vg = w.make_c_vg()
     rng = np.random.default_rng(2)
     for x in (w.x0, w.x0 + 0.3 * rng.standard_normal(w.x0.size)):
         v, g = ct.value_and_gradient(x)

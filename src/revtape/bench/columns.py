@@ -16,8 +16,14 @@ A :class:`Column` has
 Column names: ``revtape`` (``ctape.value_and_gradient(x, out=g)``),
 ``revtape-bind`` (``run = ctape.bind(x_buf, g_buf); run()``), ``revtape-ref``
 (the reference Python replay ``tape.value_and_gradient(x, out=g)``),
-``c-ref`` (hand-written C), ``numpy-ref`` (hand-written numpy), and the peers
-of :mod:`revtape.bench.peers`.
+``c-ref-bound`` (hand-written C, pointers converted once: the floor a caller
+reaches through cffi, and the base of the ``/c-ref-bound`` ratios), ``c-ref``
+(the same C converting x and g on every call), ``numpy-ref`` (hand-written
+numpy), and the peers of :mod:`revtape.bench.peers`.
+
+This module is the benchmark's one timing harness (:func:`calibrate`,
+:func:`measure_together`): the CLI, ``benchmarks/targets.py`` and
+``revtape.bench.native`` all time through it.
 """
 
 from __future__ import annotations
@@ -29,9 +35,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import workloads as W
+from . import workloads as W
 
-REVTAPE_COLUMNS = ["revtape", "revtape-bind", "revtape-ref", "c-ref", "numpy-ref"]
+REVTAPE_COLUMNS = ["revtape", "revtape-bind", "revtape-ref", "c-ref-bound", "c-ref", "numpy-ref"]
 
 # The reference Python replay is slow: only on tapes up to this many instructions.
 REF_REPLAY_MAX_INSTRUCTIONS = 5000
@@ -96,6 +102,23 @@ def vm():
         except Exception as exc:  # ImportError, BuildMismatchError
             _VM = (None, None, f"revtape's C extension is not usable: {type(exc).__name__}: {exc}")
     return _VM
+
+
+_REF = None
+
+
+def ref():
+    """(ffi, lib, None) of the benchmark's C references (revtape.bench._ref),
+    or (None, None, reason)."""
+    global _REF
+    if _REF is None:
+        try:
+            from . import _ref
+            _REF = (_ref.ffi, _ref.lib, None)
+        except Exception as exc:  # ImportError: the extension was not built
+            _REF = (None, None, f"the benchmark's C extension revtape.bench._ref is not "
+                    f"usable: {type(exc).__name__}: {exc}")
+    return _REF
 
 
 # --------------------------------------------------------------------------
@@ -244,23 +267,44 @@ def build_revtape_ref(rec, x, max_instructions=REF_REPLAY_MAX_INSTRUCTIONS) -> C
                   "tape.value_and_gradient(x, out=g), Python/numpy replay")
 
 
-def build_c_ref(wl, x) -> Column:
-    ffi, lib, why = vm()
+def _c_reference(wl):
+    ffi, lib, why = ref()
     if why is not None:
         raise Skip(why)
     if wl.c_name is None:
         raise Skip(f"no hand-written C reference for {wl.name}")
     t0 = time.perf_counter()
-    cvg = wl.make_c_vg(ffi, lib)
-    setup = time.perf_counter() - t0
+    cref = wl.make_c_vg(ffi, lib)
+    return cref, time.perf_counter() - t0
+
+
+def build_c_ref(wl, x) -> Column:
+    cref, setup = _c_reference(wl)
     g = np.empty_like(x)
     xt = x.copy()
 
     def vg(xx):
-        return cvg(np.ascontiguousarray(xx, dtype=np.float64), g)
+        return cref(np.ascontiguousarray(xx, dtype=np.float64), g)
 
-    loop, call = _loop_of(cvg, xt, g)
-    return Column("c-ref", vg, loop, call, setup, f"hand-written C ({wl.c_name})", keep=cvg)
+    loop, call = _loop_of(cref, xt, g)
+    return Column("c-ref", vg, loop, call, setup,
+                  f"hand-written C ({wl.c_name}), x and g converted every call", keep=cref)
+
+
+def build_c_ref_bound(wl, x) -> Column:
+    cref, setup = _c_reference(wl)
+    xb, gb = x.copy(), np.empty_like(x)
+    run = cref.bind(xb, gb)
+
+    def vg(xx):
+        xb[...] = xx
+        return run(), gb
+
+    loop, call = _loop_of(run)
+    col = Column("c-ref-bound", vg, loop, run, setup,
+                 f"hand-written C ({wl.c_name}), pointers converted once", keep=(xb, gb))
+    col.extra["reset"] = lambda: xb.__setitem__(Ellipsis, x)
+    return col
 
 
 def build_numpy_ref(wl, x) -> Column:
@@ -291,6 +335,8 @@ def build_column(name, rec, x, setup_budget=None) -> Column:
         return build_revtape_ref(rec, x)
     if name == "c-ref":
         return build_c_ref(wl, x)
+    if name == "c-ref-bound":
+        return build_c_ref_bound(wl, x)
     if name == "numpy-ref":
         return build_numpy_ref(wl, x)
     return build_peer(name, wl, x, setup_budget)
@@ -429,7 +475,7 @@ def measure(loop, cfg: TimingConfig, t_call_s: float | None = None) -> dict:
 
 __all__ = ["Column", "Skip", "Mismatch", "Recorded", "TimingConfig", "record", "build_column", "sampler_callable",
            "verify", "calibrate", "measure", "measure_together", "program_stats", "timing_point", "check_points", "rel_err",
-           "vm", "REVTAPE_COLUMNS", "W"]
+           "vm", "ref", "REVTAPE_COLUMNS", "W"]
 
 
 def sampler_callable(name, col):

@@ -87,12 +87,9 @@ def build(peer: str, workload, *, setup_budget: float | None = None) -> PeerColu
 # already converted by ``ns`` (Python floats for scalar code, so that no numpy
 # scalar meets a torch tensor or CasADi SX and changes the result's type).
 
-_KINDS = ("eight-schools", "rosenbrock-loop", "rosenbrock-vec", "logreg", "chain")
-
-
 def _kind(wl) -> str:
     name = wl.name
-    if name in _KINDS:
+    if name in _OBJECTIVES:
         return name
     if name.startswith("chain"):  # tolerate "chain-1000"-style names; L comes from params
         return "chain"
@@ -135,25 +132,91 @@ def _chain(x, ns, L):
     return y
 
 
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _gp(x, ns, D2, Y1, eye, half_log_2pi):
+    # Y1 is y as an n x 1 column: every peer's triangular solve takes a matrix
+    amp2, inv_ls2, noise2 = ns.exp(2.0 * x[0]), ns.exp(-2.0 * x[1]), ns.exp(2.0 * x[2])
+    K = amp2 * ns.exp(-0.5 * inv_ls2 * D2) + noise2 * eye
+    L = ns.cholesky(K)
+    alpha = ns.solve_lower(L, Y1)
+    return -0.5 * ns.sum(alpha ** 2) - ns.sum(ns.log(ns.diag(L))) - half_log_2pi
+
+
+def _radon(x, ns, y, county, floor, N, J, const):
+    mu_a, beta, log_sa, log_sy = x[0], x[1], x[2], x[3]
+    a = x[4:]
+    sigma_a, sigma_y = ns.exp(log_sa), ns.exp(log_sy)
+    r = y - (ns.gather(a, county) + beta * floor)
+    z = (a - mu_a) / sigma_a
+    lp = -0.5 * ns.sum(r ** 2) / sigma_y ** 2 - N * log_sy
+    lp = lp - 0.5 * ns.sum(z ** 2) - J * log_sa
+    lp = lp - 0.5 * (mu_a / 10.0) ** 2 - 0.5 * (beta / 10.0) ** 2
+    lp = lp - 0.5 * (sigma_a / 5.0) ** 2 + log_sa
+    lp = lp - 0.5 * (sigma_y / 5.0) ** 2 + log_sy
+    return lp + const
+
+
+def _mvn(x, ns, Y, n, m, half_log_2pi):
+    mu = x[:n]
+    L = ns.tril(ns.square_rows(x[n:], n))          # row-major n x n, lower triangle read
+    Z = ns.solve_lower(L, ns.centred_columns(Y, mu))
+    return -0.5 * ns.sum(Z ** 2) - m * ns.sum(ns.log(ns.diag(L))) - half_log_2pi
+
+
+def _objective_eight_schools(wl, ns):
+    y = [float(v) for v in wl.data["y"]]
+    sigma = [float(v) for v in wl.data["sigma"]]
+    return lambda x: _eight_schools(x, ns, y, sigma)
+
+
+def _objective_logreg(wl, ns):
+    X = ns.const(np.asarray(wl.data["X"], dtype=np.float64))
+    y = ns.const(np.asarray(wl.data["y"], dtype=np.float64))
+    return lambda b: _logreg(b, ns, X, y)
+
+
+def _objective_gp(wl, ns):
+    t, y = (np.asarray(wl.data[k], dtype=np.float64) for k in ("t", "y"))
+    n = t.size
+    D2, Y1, eye = (ns.const(a) for a in ((t[:, None] - t[None, :]) ** 2, y[:, None], np.eye(n)))
+    half = n * _HALF_LOG_2PI
+    return lambda x: _gp(x, ns, D2, Y1, eye, half)
+
+
+def _objective_radon(wl, ns):
+    d, p = wl.data, wl.params
+    y, floor = (ns.const(np.asarray(d[k], dtype=np.float64)) for k in ("y", "floor"))
+    county = ns.index(np.asarray(d["county"], dtype=np.int64))
+    N, J, const = int(p["N"]), int(p["J"]), float(d["const"])
+    return lambda x: _radon(x, ns, y, county, floor, N, J, const)
+
+
+def _objective_mvn(wl, ns):
+    Y = np.asarray(wl.data["Y"], dtype=np.float64)
+    m, n = Y.shape
+    half = m * n * _HALF_LOG_2PI
+    Yc = ns.const(Y)
+    return lambda x: _mvn(x, ns, Yc, n, m, half)
+
+
+# Every workload a peer can run: name -> (wl, ns) -> one-argument objective.
+_OBJECTIVES = {
+    "eight-schools": _objective_eight_schools,
+    "rosenbrock-loop": lambda wl, ns: (lambda x, n=len(wl.x0): _rosenbrock_loop(x, ns, n)),
+    "rosenbrock-vec": lambda wl, ns: (lambda x: _rosenbrock_vec(x, ns)),
+    "logreg": _objective_logreg,
+    "chain": lambda wl, ns: (lambda x, L=_chain_length(wl): _chain(x, ns, L)),
+    "gp": _objective_gp,
+    "radon": _objective_radon,
+    "mvn": _objective_mvn,
+}
+
+
 def _objective(wl, kind, ns) -> Callable:
     """The workload as a one-argument function over ``ns``'s array type."""
-    if kind == "eight-schools":
-        y = [float(v) for v in wl.data["y"]]
-        sigma = [float(v) for v in wl.data["sigma"]]
-        return lambda x: _eight_schools(x, ns, y, sigma)
-    if kind == "rosenbrock-loop":
-        n = len(wl.x0)
-        return lambda x: _rosenbrock_loop(x, ns, n)
-    if kind == "rosenbrock-vec":
-        return lambda x: _rosenbrock_vec(x, ns)
-    if kind == "logreg":
-        X = ns.const(np.asarray(wl.data["X"], dtype=np.float64))
-        y = ns.const(np.asarray(wl.data["y"], dtype=np.float64))
-        return lambda b: _logreg(b, ns, X, y)
-    if kind == "chain":
-        L = _chain_length(wl)
-        return lambda x: _chain(x, ns, L)
-    raise AssertionError(kind)
+    return _OBJECTIVES[kind](wl, ns)
 
 
 def _chain_length(wl) -> int:
@@ -169,6 +232,13 @@ class _Ops:
 
     def __init__(self, **fns):
         self.__dict__.update(fns)
+
+
+def _array_linalg(cholesky, solve_lower, tril, diagonal):
+    """The linear-algebra primitives of an array library with numpy's indexing."""
+    return dict(cholesky=cholesky, solve_lower=solve_lower, tril=tril, diag=diagonal,
+                gather=lambda a, idx: a[idx], square_rows=lambda v, n: v.reshape(n, n),
+                centred_columns=lambda Y, mu: (Y - mu).T)
 
 
 def _timed(fn):
@@ -189,10 +259,14 @@ def _jax_ops():
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
 
+    from jax.scipy.linalg import solve_triangular
+
     return _Ops(
-        exp=jnp.exp, log1p=jnp.log1p, sin=jnp.sin, sum=jnp.sum,
-        const=jnp.asarray, matvec=lambda X, b: X @ b,
+        exp=jnp.exp, log1p=jnp.log1p, sin=jnp.sin, sum=jnp.sum, log=jnp.log,
+        const=jnp.asarray, index=jnp.asarray, matvec=lambda X, b: X @ b,
         logaddexp0=lambda e: jnp.logaddexp(0.0, e),
+        **_array_linalg(jnp.linalg.cholesky, lambda L, B: solve_triangular(L, B, lower=True),
+                        jnp.tril, jnp.diagonal),
     )
 
 
@@ -256,9 +330,12 @@ def _torch_ops():
     torch.set_num_threads(1)
     zero = torch.zeros((), dtype=torch.float64)
     return _Ops(
-        exp=torch.exp, log1p=torch.log1p, sin=torch.sin, sum=torch.sum,
-        const=torch.from_numpy, matvec=lambda X, b: X @ b,
+        exp=torch.exp, log1p=torch.log1p, sin=torch.sin, sum=torch.sum, log=torch.log,
+        const=torch.from_numpy, index=torch.from_numpy, matvec=lambda X, b: X @ b,
         logaddexp0=lambda e: torch.logaddexp(zero, e),
+        **_array_linalg(torch.linalg.cholesky,
+                        lambda L, B: torch.linalg.solve_triangular(L, B, upper=False),
+                        torch.tril, torch.diagonal),
     )
 
 
@@ -288,11 +365,16 @@ def _build_torch(wl, kind, budget) -> PeerColumn:
 @functools.lru_cache(maxsize=None)
 def _autograd_ops():
     import autograd.numpy as anp
+    from autograd.scipy.linalg import solve_triangular
 
     return _Ops(
-        exp=anp.exp, log1p=anp.log1p, sin=anp.sin, sum=anp.sum,
-        const=np.asarray, matvec=anp.dot,
+        exp=anp.exp, log1p=anp.log1p, sin=anp.sin, sum=anp.sum, log=anp.log,
+        const=np.asarray, index=np.asarray, matvec=anp.dot,
         logaddexp0=lambda e: anp.logaddexp(0.0, e),
+        # autograd's diagonal has a gradient only for axis1=-1, axis2=-2 (the
+        # same diagonal of a square matrix)
+        **_array_linalg(anp.linalg.cholesky, lambda L, B: solve_triangular(L, B, lower=True),
+                        anp.tril, lambda A: anp.diagonal(A, axis1=-1, axis2=-2)),
     )
 
 
@@ -318,11 +400,21 @@ def _casadi_ops():
     import casadi as ca
 
     return _Ops(
-        exp=ca.exp, log1p=ca.log1p, sin=ca.sin, sum=ca.sum1,
+        exp=ca.exp, log1p=ca.log1p, sin=ca.sin, log=ca.log,
+        # sum of every entry: sum1 alone sums the columns of a matrix
+        sum=lambda a: ca.sum1(ca.sum2(a)),
         const=ca.DM, matvec=ca.mtimes,
         # CasADi has no logaddexp; the overflow-safe form every peer's
         # logaddexp(0, e) uses.
         logaddexp0=lambda e: ca.fmax(e, 0) + ca.log1p(ca.exp(-ca.fabs(e))),
+        # a gather is indexing an SX column by a list of positions
+        index=lambda a: [int(i) for i in a], gather=lambda a, idx: a[idx],
+        # chol gives the upper factor R (K = R^T R); solve() on a structurally
+        # lower-triangular SX is forward substitution
+        cholesky=lambda K: ca.chol(K).T, solve_lower=ca.solve, tril=ca.tril, diag=ca.diag,
+        # x is a column and CasADi reshapes column-major: the transpose is row-major
+        square_rows=lambda v, n: ca.reshape(v, n, n).T,
+        centred_columns=lambda Y, mu: Y.T - ca.repmat(mu, 1, Y.shape[0]),
     )
 
 
@@ -337,6 +429,16 @@ def _casadi_function(f, n):
 def _build_casadi(wl, kind, budget) -> PeerColumn:
     if kind == "chain":
         _chain_setup_guard("casadi", _chain_length(wl), budget)
+    if kind == "gp":
+        # SX has no Cholesky node: chol() expands into ~n^3/3 scalar operations
+        # and the gradient graph doubles them, so the build grows as n^3 (the
+        # README's results block has the measured cost at n=200).
+        n = int(np.size(wl.data["t"]))
+        projected = _CASADI_GP_S_PER_N3 * n ** 3
+        if projected > budget:
+            raise Skip(f"SX expands the n={n} Cholesky into ~{n ** 3 // 3:,} scalar nodes: "
+                       f"one-time cost projected at {projected:.0f} s > budget {budget:.0f} s "
+                       "(--setup-budget)")
     x0 = _x0(wl)
     n = len(x0)
     f = _objective(wl, kind, _casadi_ops())
@@ -381,6 +483,8 @@ def _build_casadi(wl, kind, budget) -> PeerColumn:
 #     just tracing 1e4 steps to decide would cost 15 s.
 #   casadi: building SX from Python is ~12-15 us per step and linear
 #     (1e4: 1.5 s, 1e5: 13 s); the probe at 1e4 is cheap and accurate.
+# seconds per n^3 of building CasADi's gp Function (measured at n=200)
+_CASADI_GP_S_PER_N3 = 34.0 / 200 ** 3
 _CHAIN_COST_MODEL = {"jax": (1_000, 1.7), "casadi": (10_000, 1.0)}
 _chain_setup_seen: dict[tuple[str, int], float] = {}
 

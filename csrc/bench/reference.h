@@ -1,7 +1,7 @@
 /* Hand-written value-and-gradient functions: the speed reference.
  *
  * "What a human would write in C at -O2" for each benchmark workload in
- * src/revtape/workloads.py.  Each function returns the value and writes the
+ * src/revtape/bench/workloads.py.  Each function returns the value and writes the
  * gradient into g.  All arrays are C-contiguous float64.
  *
  * This header is also fed to cffi's cdef (with '#' lines dropped), so it holds
@@ -34,7 +34,7 @@ double ref_logreg_vg(const double *beta, double *g, const double *X, const doubl
  * allocated), then a reverse sweep over them. */
 double ref_chain_vg(const double *x, double *g, int64_t L, double *work);
 
-/* Radon varying-intercept regression (src/revtape/workloads.py radon):
+/* Radon varying-intercept regression (src/revtape/bench/workloads.py radon):
  * x = [mu_a, beta, log sigma_a, log sigma_y, a_1..a_J], g has J + 4 entries;
  * y, floor have N entries, county (0..J-1) N entries; const is the sum of the
  * normalising constants. */

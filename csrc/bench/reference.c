@@ -1,5 +1,5 @@
 /* Hand-written value-and-gradient reference implementations; see reference.h
- * and src/revtape/workloads.py for the workload definitions. */
+ * and src/revtape/bench/workloads.py for the workload definitions. */
 #include <math.h>
 #include <stdint.h>
 
