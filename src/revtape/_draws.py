@@ -1007,5 +1007,4 @@ def _codes(code):
     return tuple(out)
 
 
-_tape_module.DRAWN_TYPES.add(DrawnIndex)
-_tape_module.drawn_getitem = DrawnIndex._rt_getitem
+_tape_module.register_drawn_type(DrawnIndex, DrawnIndex._rt_getitem)

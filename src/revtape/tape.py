@@ -29,14 +29,46 @@ _GUARD = ops.OPS["guard"]
 _NO_PARAMS = {}  # shared, never mutated
 
 
-# tracked.py installs its constructor here at import (it imports this module,
-# so this module cannot import it at the top).
-_WRAP = None
+class _Handles:
+    """How a tape makes the user-facing handles of its nodes.
+
+    The handle types (TrackedReal/TrackedArray) live in tracked.py, the layer
+    above, which imports this module; this module never imports it back.
+    tracked.py fills these in once at import with register_handles, so the
+    dependence runs one way: tracked -> tape."""
+
+    __slots__ = ("wrap", "constant", "stack")
+
+    def __init__(self):
+        self.wrap = self.constant = self.stack = self._missing
+
+    @staticmethod
+    def _missing(*args, **kwargs):
+        raise RuntimeError("revtape.tape is used without revtape.tracked: "
+                           "import revtape (which registers the tracked handle types)")
+
+
+_HANDLES = _Handles()
+
+
+def register_handles(*, wrap, constant, stack):
+    """Install the handle factory: wrap(tape, nid, value) -> handle of node nid,
+    constant(value) -> an untracked (NULL_TAPE) handle, stack(list) -> one
+    tracked array (a list output of finish)."""
+    _HANDLES.wrap, _HANDLES.constant, _HANDLES.stack = wrap, constant, stack
 
 
 # Types of drawn integers (_draws.DrawnIndex): an operand of one becomes a
 # tape input that rt.grad refills on every replay, not a constant.
 DRAWN_TYPES = set()
+drawn_getitem = None     # x[k] for a drawn index k (what tracked.getitem defers to)
+
+
+def register_drawn_type(cls, getitem):
+    """_draws.py, above this module, declares its drawn-index type here at import."""
+    global drawn_getitem
+    DRAWN_TYPES.add(cls)
+    drawn_getitem = getitem
 
 
 class _Nodes:
@@ -72,7 +104,7 @@ class _Nodes:
         if t is None:
             tape = self._tape()
             nid = self._ids[k]
-            t = _WRAP(tape, nid, tape._vals[nid])
+            t = _HANDLES.wrap(tape, nid, tape._vals[nid])
             self._refs[k] = weakref.ref(t)
         return t
 
@@ -189,7 +221,7 @@ class Tape(Replay):
     def _new_node(self, value):
         nid = len(self._vals)
         self._vals.append(value)
-        return _WRAP(self, nid, value)
+        return _HANDLES.wrap(self, nid, value)
 
     def _const(self, v):
         """Node id of a constant operand (captured by value at record time)."""
@@ -237,7 +269,7 @@ class Tape(Replay):
         nid = len(vals)
         vals.append(value)
         self._instrs.append((op, nid, ids, params or _NO_PARAMS))
-        return _WRAP(self, nid, value)
+        return _HANDLES.wrap(self, nid, value)
 
     def _guard(self, pred, a, b, result):
         """Record that Python branched on `a <pred> b` being `result`."""
@@ -262,8 +294,7 @@ class Tape(Replay):
         """Mark the output, stop recording and return the tape."""
         self._check_recording()
         if isinstance(output, (list, tuple)):
-            from .tracked import stack
-            output = stack(list(output))
+            output = _HANDLES.stack(list(output))
         if getattr(output, "_is_tracked", False) and output._id >= 0:
             self._arg_id(output)       # raises for another tape's value
         else:
@@ -347,8 +378,7 @@ class _NullTape(Tape):
         self._recording = False
 
     def track(self, value):
-        from .tracked import constant
-        return constant(value)
+        return _HANDLES.constant(value)
 
     def __repr__(self):
         return "NULL_TAPE"

@@ -468,7 +468,6 @@ def wrap(tape, nid, v):
     return t
 
 
-_tape_module._WRAP = wrap
 
 
 def constant(v):
@@ -1027,6 +1026,9 @@ if hasattr(np, "amax"):
 # ---------------------------------------------------------------- x[mask] by a tracked mask
 
 _MASK_OPS = ops.MASK_OPS     # rows with mask=True: comparisons and logical_*
+
+
+_tape_module.register_handles(wrap=wrap, constant=constant, stack=stack)
 
 
 def _producer(t):
