@@ -130,6 +130,27 @@ def test_tape_does_not_know_the_tracked_layer():
     assert "tracked" not in edges["tape"] and "_draws" not in edges["tape"]
 
 
+def test_the_numpy_api_sits_above_the_value_types():
+    edges = graph(include_lazy=True)
+    assert "tracked" in edges["numpy_api"]
+    assert "numpy_api" not in edges["tracked"] and "numpy_api" not in edges["tape"]
+
+
+def test_names_that_moved_to_numpy_api_still_import_from_tracked():
+    from revtape import numpy_api
+    from revtape.tracked import HANDLED_FUNCTIONS, array_ufunc, reshape, stack
+    assert HANDLED_FUNCTIONS is numpy_api.HANDLED_FUNCTIONS
+    assert (array_ufunc, reshape, stack) == (numpy_api.array_ufunc, numpy_api.reshape,
+                                             numpy_api.stack)
+    import revtape.tracked as t
+    try:
+        t.no_such_name
+    except AttributeError as e:
+        assert "no_such_name" in str(e)
+    else:
+        raise AssertionError("a missing name must raise AttributeError")
+
+
 def _module_aliases(tree, mod, names, is_pkg):
     """Local names bound to revtape modules by this module's imports."""
     out = {}

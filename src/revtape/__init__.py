@@ -14,6 +14,7 @@ from .errors import IndexInputError, PicklingError
 from .tape import NULL_TAPE, Tape
 from .watch import RandomDrawWarning
 from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
+from . import numpy_api  # noqa: F401,E402  (registers the handles' numpy methods)
 from .pytree import register_pytree_node
 from . import linalg, structure
 from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,

@@ -21,6 +21,7 @@ sampler sees a log density of nan and rejects the point.
 import numpy as np
 
 from . import _scipy_dispatch, ops
+from . import numpy_api as _api
 from . import tracked as _t
 from .errors import RevtapeError, UnsupportedError
 
@@ -135,7 +136,7 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     _no_extras("trace", out=out)
     if dtype is not None and np.dtype(dtype) != np.float64:
         raise UnsupportedError("trace(dtype=...) on tracked values: they are float64")
-    return _t.reduce("sum", diagonal(a, offset, axis1, axis2), axis=-1)
+    return _api.reduce("sum", diagonal(a, offset, axis1, axis2), axis=-1)
 
 
 def diag(v, k=0):
@@ -239,7 +240,7 @@ def scipy_det(a, overwrite_a=False, check_finite=True):
 
 # ---------------------------------------------------------------- dispatch
 
-_t.HANDLED_FUNCTIONS.update({
+_api.HANDLED_FUNCTIONS.update({
     np.linalg.cholesky: cholesky, np.linalg.solve: solve, np.linalg.inv: inv,
     np.linalg.slogdet: slogdet, np.linalg.det: det, np.linalg.eigh: eigh,
     np.linalg.eigvalsh: eigvalsh,

@@ -22,9 +22,10 @@ from . import _scipy_dispatch
 from .errors import UnsupportedError
 from .ops import sps
 from .ops import P, SPECIAL_ROWS
-from .tracked import DROP_INS, _polygamma, istracked
+from .numpy_api import _polygamma
+from .tracked import DROP_INS, istracked
 from .tracked import value as _value
-from .tracked import logsumexp as _tracked_logsumexp
+from .numpy_api import logsumexp as _tracked_logsumexp
 
 # ufuncs: one op-table row each, every row with special="<scipy name>"
 # (plain inputs run the row's numpy forward: scipy's own function when scipy
@@ -50,7 +51,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
 
 # Regularised incomplete gamma functions, differentiable in x only (a
 # tracked shape a is refused: its derivative is not implemented).
-from .tracked import _gammainc_in_x  # noqa: E402
+from .numpy_api import _gammainc_in_x  # noqa: E402
 
 gammainc = _gammainc_in_x("gammainc")
 gammaincc = _gammainc_in_x("gammaincc")

@@ -19,8 +19,9 @@ import string
 import numpy as np
 
 from . import ops
+from . import numpy_api as _api
 from . import tracked as _t
-from .tracked import _guard_all, masked_getitem  # noqa: F401 (structure.masked_getitem)
+from .numpy_api import _guard_all, masked_getitem  # noqa: F401 (structure.masked_getitem)
 from .errors import UnsupportedError
 
 P = ops.P
@@ -57,7 +58,7 @@ def _scan(name, a, axis, dtype, out):
     _refuse(name, out=out)
     _dtype_ok(name, dtype)
     if axis is None or len(_shape(a)) == 0:
-        a, axis = _t.reshape(a, (-1,)), 0
+        a, axis = _api.reshape(a, (-1,)), 0
     x, back = _move_last(a, int(axis))
     return back(getattr(P, name)(x))
 
@@ -92,7 +93,7 @@ def _sorted_perm(x, axis):
         if shape[ax] > 1:
             lo = tuple(slice(None, -1) if i == ax else slice(None) for i in range(nd))
             hi = tuple(slice(1, None) if i == ax else slice(None) for i in range(nd))
-            _guard_all(P.le(_t.getitem(y, lo), _t.getitem(y, hi)),
+            _guard_all(P.le(_api.getitem(y, lo), _api.getitem(y, hi)),
                        "the sort order recorded by np.sort/np.argsort no longer holds")
         return perm, y
     return perm, None
@@ -104,7 +105,7 @@ def sort(a, axis=-1, kind=None, order=None, **kw):
     from); guarded: a replay where the order differs raises BranchChanged."""
     _check_kind("sort", kind, order)
     if axis is None:
-        a, axis = _t.reshape(a, (-1,)), 0
+        a, axis = _api.reshape(a, (-1,)), 0
     if len(_shape(a)) == 0:
         raise np.exceptions.AxisError(axis, 0)
     perm, y = _sorted_perm(a, axis)
@@ -115,7 +116,7 @@ def argsort(a, axis=-1, kind=None, order=None, **kw):
     """np.argsort: a plain integer array (recorded as a constant, guarded)."""
     _check_kind("argsort", kind, order)
     if axis is None:
-        a, axis = _t.reshape(a, (-1,)), 0
+        a, axis = _api.reshape(a, (-1,)), 0
     perm, _ = _sorted_perm(a, axis)
     return perm
 
@@ -224,7 +225,7 @@ def _sum_labels(x, term, keep):
     axes = tuple(i for i, c in enumerate(term) if c not in keep)
     if not axes:
         return x, term
-    return _t.reduce("sum", x, axes), "".join(c for c in term if c in keep)
+    return _api.reduce("sum", x, axes), "".join(c for c in term if c in keep)
 
 
 def _pair(x, tx, y, ty, keep, sizes):
@@ -236,16 +237,16 @@ def _pair(x, tx, y, ty, keep, sizes):
     size = lambda labels: int(np.prod([sizes[c] for c in labels], dtype=np.int64))
     if not batch:
         # (only_x, contract) @ (contract, only_y): one matmul
-        a = _t.reshape(_reorder(x, tx, only_x + contract), (size(only_x), size(contract)))
-        b = _t.reshape(_reorder(y, ty, contract + only_y), (size(contract), size(only_y)))
+        a = _api.reshape(_reorder(x, tx, only_x + contract), (size(only_x), size(contract)))
+        b = _api.reshape(_reorder(y, ty, contract + only_y), (size(contract), size(only_y)))
         r = P.matmul(a, b)
-        return _t.reshape(r, tuple(sizes[c] for c in only_x + only_y)), only_x + only_y
+        return _api.reshape(r, tuple(sizes[c] for c in only_x + only_y)), only_x + only_y
     # batched: broadcast multiply, then sum the contracted labels
     full = batch + only_x + only_y + contract
     shape_x = tuple(sizes[c] if c in tx else 1 for c in full)
     shape_y = tuple(sizes[c] if c in ty else 1 for c in full)
-    a = _t.reshape(_reorder(x, tx, "".join(c for c in full if c in tx)), shape_x)
-    b = _t.reshape(_reorder(y, ty, "".join(c for c in full if c in ty)), shape_y)
+    a = _api.reshape(_reorder(x, tx, "".join(c for c in full if c in tx)), shape_x)
+    b = _api.reshape(_reorder(y, ty, "".join(c for c in full if c in ty)), shape_y)
     r = P.mul(a, b)
     return _sum_labels(r, full, batch + only_x + only_y)
 
@@ -307,11 +308,11 @@ def tensordot(a, b, axes=2):
 
 def append(arr, values, axis=None):
     if axis is None:
-        return _t.concatenate([_t.reshape(arr, (-1,)) if np.ndim(_value_of(arr)) else
-                               _t.reshape(arr, (1,)),
-                               _t.reshape(values, (-1,)) if np.ndim(_value_of(values)) else
-                               _t.reshape(values, (1,))], axis=0)
-    return _t.concatenate([arr, values], axis=axis)
+        return _api.concatenate([_api.reshape(arr, (-1,)) if np.ndim(_value_of(arr)) else
+                               _api.reshape(arr, (1,)),
+                               _api.reshape(values, (-1,)) if np.ndim(_value_of(values)) else
+                               _api.reshape(values, (1,))], axis=0)
+    return _api.concatenate([arr, values], axis=axis)
 
 
 # ---------------------------------------------------------------- lists mixing tracked values and floats
@@ -353,8 +354,8 @@ def _operand(v):
     return v
 
 
-_concatenate, _stack = _t.concatenate, _t.stack
-_hstack, _vstack = _t.hstack, _t.vstack
+_concatenate, _stack = _api.concatenate, _api.stack
+_hstack, _vstack = _api.hstack, _api.vstack
 
 
 def concatenate(arrays, *args, **kw):
@@ -386,11 +387,11 @@ def polyval(p, x):
         x = np.asarray(_operand(x) if isinstance(x, (list, tuple)) else x, dtype=np.float64)
     y = P.mul(x, 0.0)
     for i in range(_shape(p)[0]):
-        y = P.add(P.mul(y, x) if i else y, _t.getitem(p, i) if istracked(p) else float(p[i]))
+        y = P.add(P.mul(y, x) if i else y, _api.getitem(p, i) if istracked(p) else float(p[i]))
     return y
 
 
-_t.HANDLED_FUNCTIONS.update({
+_api.HANDLED_FUNCTIONS.update({
     np.cumsum: cumsum, np.cumprod: cumprod, np.sort: sort, np.argsort: argsort,
     np.argmax: argmax, np.argmin: argmin, np.einsum: einsum, np.tensordot: tensordot,
     np.append: append, np.polyval: polyval,

@@ -51,11 +51,14 @@ class _Handles:
 _HANDLES = _Handles()
 
 
-def register_handles(*, wrap, constant, stack):
+def register_handles(**hooks):
     """Install the handle factory: wrap(tape, nid, value) -> handle of node nid,
-    constant(value) -> an untracked (NULL_TAPE) handle, stack(list) -> one
-    tracked array (a list output of finish)."""
-    _HANDLES.wrap, _HANDLES.constant, _HANDLES.stack = wrap, constant, stack
+    constant(value) -> an untracked (NULL_TAPE) handle (both from tracked.py),
+    stack(list) -> one tracked array, a list output of finish (numpy_api.py)."""
+    for name, fn in hooks.items():
+        if name not in _Handles.__slots__:
+            raise TypeError(f"register_handles: unknown hook {name!r}")
+        setattr(_HANDLES, name, fn)
 
 
 # Types of drawn integers (_draws.DrawnIndex): an operand of one becomes a
