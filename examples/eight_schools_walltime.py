@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from revtape._progress import progress
 from revtape.workloads import eight_schools
 
 import eight_schools as es
@@ -87,12 +88,13 @@ def table(chains=4, draws=1000, only=None):
             continue
         samplers[name] = run
     results = {}
-    for sname, run in samplers.items():
-        for gname, make_vg in gradients().items():
-            make_vg()(np.zeros(es.DIM))                 # compile / jit outside the clock
-            t = time.perf_counter()
-            draws_ = run(make_vg, chains, draws)
-            results[sname, gname] = (time.perf_counter() - t, float(np.mean(draws_[..., 0])))
+    # a bar on a terminal (tqdm installed) through the minutes-long runs; silent in logs
+    runs = [(s, r, g, m) for s, r in samplers.items() for g, m in gradients().items()]
+    for sname, run, gname, make_vg in progress(runs, desc="sampler x gradient"):
+        make_vg()(np.zeros(es.DIM))                 # compile / jit outside the clock
+        t = time.perf_counter()
+        draws_ = run(make_vg, chains, draws)
+        results[sname, gname] = (time.perf_counter() - t, float(np.mean(draws_[..., 0])))
     return results
 
 

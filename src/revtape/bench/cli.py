@@ -30,13 +30,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _progress
 from . import columns as C
 from .hmc import N_LEAPFROG, STEP_SIZE, hmc
 from .peers import PEERS as PEER_NAMES
+from .peers import VARIANTS as PEER_VARIANTS
 
 # The workloads (one registry: workloads.WORKLOADS) and two runs built on them:
 # HMC on eight-schools, and 1- vs 2-thread throughput.
 WORKLOADS = list(C.W.WORKLOADS) + ["hmc", "threads"]
+DEFAULT_PLOT = "revtape-bench.png"
 CHAIN_SIZES = {"quick": [10**3, 10**4], "default": [10**3, 10**4, 10**5],
                "full": [10**3, 10**4, 10**5, 10**6]}
 
@@ -125,9 +128,9 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--json", metavar="PATH", help="write machine-readable results here")
     p.add_argument("--readme", metavar="README.md",
                    help="also write the table into this file's results block")
-    p.add_argument("--plot", metavar="PATH.png",
+    p.add_argument("--plot", metavar="PATH.png", nargs="?", const=DEFAULT_PLOT, default=None,
                    help="per-call time vs chain length (log-log) and per-call ratios "
-                        "(needs matplotlib)")
+                        f"(needs matplotlib; --plot alone writes ./{DEFAULT_PLOT})")
     p.add_argument("--chain-sizes", type=_parse_sizes, default=None, metavar="L[,L]",
                    help="override the chain lengths")
     p.add_argument("--call-budget", type=float, default=None, metavar="S",
@@ -160,7 +163,7 @@ class Progress:
 
     def __call__(self, msg):
         if not self.quiet:
-            print(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+            _progress.write(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", sys.stderr)
 
 
 def _fmt_us(v):
@@ -692,7 +695,61 @@ def format_table(result) -> str:
     return "\n".join(out)
 
 
+# Known columns get fixed slots so a column keeps its colour from one run (and
+# one figure) to the next whatever subset ran; unknown names hash into the rest.
+_COLOUR_ORDER = list(C.REVTAPE_COLUMNS) + list(PEER_NAMES) + list(PEER_VARIANTS)
+_PALETTE = ["#d62728", "#ff7f0e", "#e377c2", "#7f7f7f", "#8c564b", "#bcbd22",
+            "#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#aec7e8",
+            "#98df8a", "#ffbb78", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5"]
+
+
+def column_colour(name) -> str:
+    """The colour of column `name` in every panel of every bench figure."""
+    import zlib
+
+    if name in _COLOUR_ORDER:
+        return _PALETTE[_COLOUR_ORDER.index(name) % len(_PALETTE)]
+    rest = _PALETTE[len(_COLOUR_ORDER):] or _PALETTE
+    return rest[zlib.crc32(name.encode()) % len(rest)]
+
+
+def not_run_columns(result) -> dict:
+    """{column: [(workload title, status, reason), ...]} for every column not timed somewhere."""
+    out = {}
+    for e in result["workloads"]:
+        for n, d in e["columns"].items():
+            if d.get("status") != "ok":
+                out.setdefault(n, []).append((_title(e, True), d.get("status"), d.get("reason", "")))
+    return out
+
+
+def plot_caption(result) -> str:
+    """Machine, versions and date, then the columns that were skipped or failed and where."""
+    m = result["meta"]
+    lines = [f"revtape {m.get('revtape', '?')} bench ({m.get('mode', '?')}), {m.get('date', '?')} -- "
+             f"{m.get('platform', '?')}, {m.get('cpu', '?')}, {m.get('cpu_count', '?')} cores, "
+             f"python {m.get('python', '?')}, numpy {m.get('numpy', '?')}"]
+    peers = m.get("peers") or {}
+    sel = m.get("peers_selected", list(peers))
+    missing = [p for p in sel if not peers.get(p)]
+    lines[0] += "; peers: " + (", ".join(f"{p} {peers[p]}" for p in sel if peers.get(p))
+                               or "none run")
+    if missing:
+        lines.append("peers not installed: " + ", ".join(missing))
+    bad = not_run_columns(result)
+    if bad:
+        parts = []
+        for n, where in bad.items():
+            statuses = sorted({s for _, s, _ in where})
+            total = sum(1 for e in result["workloads"] if n in e["columns"])
+            scope = "everywhere" if len(where) == total else f"{len(where)}/{total} workloads"
+            parts.append(f"{n} {'/'.join(statuses)} ({scope})")
+        lines.append("not timed (hatched, or absent from the lines): " + "; ".join(parts))
+    return "\n".join(lines)
+
+
 def plot(result, path, log):
+    """Write the two-panel figure of `result` to `path`; False (one log line) without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -700,7 +757,15 @@ def plot(result, path, log):
     except ImportError:
         log("matplotlib is not installed (pip install matplotlib): no plot written")
         return False
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 6))
+    fig = _figure(result, plt)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    log(f"plot written to {os.path.abspath(path)}")
+    return True
+
+
+def _figure(result, plt):
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 6.6))
     chains = [e for e in result["workloads"] if e["name"] == "chain"]
     series = {}
     for e in chains:
@@ -711,7 +776,7 @@ def plot(result, path, log):
     for n, pts in series.items():
         pts.sort()
         ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=n,
-                 linewidth=2.5 if n.startswith("revtape") else 1.2)
+                 color=column_colour(n), linewidth=2.5 if n.startswith("revtape") else 1.2)
     ax1.set_xscale("log")
     ax1.set_yscale("log")
     ax1.set_xlabel("chain length L (4 tape instructions per step)")
@@ -724,31 +789,43 @@ def plot(result, path, log):
     names = []
     for e in rows:
         for n, d in e["columns"].items():
-            if d["status"] == "ok" and d.get("ratio") and n not in names:
+            if n not in names and (d["status"] != "ok" or d.get("ratio")):
                 names.append(n)
     width = 0.8 / max(len(names), 1)
+    ok = [d.get("ratio") for e in rows for d in e["columns"].values()
+          if d["status"] == "ok" and d.get("ratio")]
+    # a skipped/failed cell is an empty hatched bar reaching 1.0 (the revtape line), so
+    # "not measured" cannot be mistaken for "fast"
+    stub = 1.0 if ok else None
     for k, n in enumerate(names):
-        xs, ys = [], []
+        xs, ys, hx = [], [], []
         for i, e in enumerate(rows):
             d = e["columns"].get(n)
+            x = i + (k - (len(names) - 1) / 2) * width
             if d and d["status"] == "ok" and d.get("ratio"):
-                xs.append(i + (k - (len(names) - 1) / 2) * width)
+                xs.append(x)
                 ys.append(d["ratio"])
-        ax2.bar(xs, ys, width=width, label=n)
-    ax2.set_yscale("log")
+            elif d and d["status"] != "ok":
+                hx.append(x)
+        ax2.bar(xs, ys, width=width, label=n, color=column_colour(n))
+        if hx and stub:
+            ax2.bar(hx, [stub] * len(hx), width=width, fill=False, hatch="///",
+                    edgecolor=column_colour(n), linewidth=0.6,
+                    label=None if xs else f"{n} (not timed)")
+    if ok:
+        ax2.set_yscale("log")
     ax2.axhline(1.0, color="k", linewidth=0.8)
     ax2.set_xticks(range(len(rows)))
     ax2.set_xticklabels([_title(e, True) for e in rows], rotation=30, ha="right", fontsize=8)
     ax2.set_ylabel("per-call time / revtape (log)")
-    ax2.set_title("ratio to revtape compiled (lower is faster)")
+    ax2.set_title("ratio to revtape compiled (lower is faster; hatched = skipped/failed)")
     ax2.grid(True, axis="y", which="both", alpha=0.3)
     if names:
         ax2.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    log(f"plot written to {path}")
-    return True
+    caption = plot_caption(result)
+    fig.text(0.01, 0.01, caption, fontsize=7, ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.03 * (caption.count("\n") + 1), 1, 1))
+    return fig
 
 
 # --------------------------------------------------------------------------
@@ -764,21 +841,24 @@ def run(args, argv=()) -> int:
     ffi, lib, why = C.vm()
     if why:
         log(f"WARNING: {why}; revtape's compiled columns and the C reference are skipped")
+    # one flat task list so a progress bar (tqdm on a terminal) knows the total
+    tasks = []
     for kind in WORKLOADS:
         if kind not in only:
             continue
         if kind == "chain":
-            for L in settings.chain_sizes:
-                result["workloads"].append(bench.run_workload("chain", L))
+            tasks += [(lambda L=L: bench.run_workload("chain", L)) for L in settings.chain_sizes]
         elif kind == "hmc":
-            result["workloads"].append(bench.run_hmc())
+            tasks.append(bench.run_hmc)
         elif kind == "threads":
             # eight-schools and logreg as asked; the chain (L=1e4, ~0.7 ms a call) shows
             # the scaling once a call is long enough for the GIL hand-off not to matter
-            for k in ("eight-schools", "logreg", "chain"):
-                result["workloads"].append(bench.run_threads(k, 10**4 if k == "chain" else None))
+            tasks += [(lambda k=k: bench.run_threads(k, 10**4 if k == "chain" else None))
+                      for k in ("eight-schools", "logreg", "chain")]
         else:
-            result["workloads"].append(bench.run_workload(kind))
+            tasks.append(lambda kind=kind: bench.run_workload(kind))
+    for task in _progress.progress(tasks, desc="bench", disable=args.quiet):
+        result["workloads"].append(task())
     result["meta"]["elapsed_s"] = time.perf_counter() - log.t0
     print(format_table(result), flush=True)
     if args.json:
@@ -835,4 +915,4 @@ def main(argv=None) -> int:
     return run(p.parse_args(argv), argv)
 
 
-__all__ = ["main", "run", "add_arguments", "format_table", "Settings", "Bench", "WORKLOADS"]
+__all__ = ["main", "run", "add_arguments", "format_table", "plot", "column_colour", "Settings", "Bench", "WORKLOADS"]
