@@ -86,8 +86,8 @@ class Op:
     doc: str = ""
     diff: bool = True
     sfwd: object = None               # fast forward on Python floats (None: numpy only)
-    # How users reach the row; every dispatch list (tracked.UFUNC_OPS, ...) is
-    # derived from these fields, so a new row needs no edit elsewhere.
+    # How users reach the row; every dispatch list (UFUNC_OPS, ..., at the end of
+    # this file) is derived from these fields, so a new row needs no edit elsewhere.
     ufuncs: tuple = None              # numpy/scipy ufuncs whose call records this row;
     #                                   None: the row's numpy forward if it is a ufunc
     special: str = ""                 # scipy.special's name of the row: rt.special.<special>
@@ -884,7 +884,7 @@ _def("eigh", LINALG, _quiet(_eigh_fwd), vjp=_eigh_vjp,
      doc="[w ascending | V row-major] of A's lower triangle; see eigh_signs")
 
 # ---------------------------------------------------------------- scans (last axis)
-# cumsum/cumprod along the last axis (tracked.py moves another axis last with
+# cumsum/cumprod along the last axis (structure.py moves another axis last with
 # gathers); sequential, in numpy's order, so the compiled replay is bit-for-bit.
 
 def flip_last(x):
