@@ -583,13 +583,7 @@ class CompiledTape:
                 run = lambda j: arenas[j].run(self, 1, bounds[j + 1] - bounds[j],
                                               xp + bounds[j] * n_in, vp + bounds[j],
                                               gp + bounds[j] * n_in, rows[j])
-                # the caller takes the last chunk
-                futures = [_executor(n - 1).submit(run, j) for j in range(n - 1)]
-                try:
-                    last = run(n - 1)
-                finally:
-                    statuses = [f.result() for f in futures]
-                statuses.append(last)
+                statuses = _split(n, run)
             finally:
                 self._batch_lock.release()
             for j, st in enumerate(statuses):
@@ -750,14 +744,7 @@ class CompiledTape:
                 r0, r1 = bounds[j], bounds[j + 1]
                 return call(p, r0, r1, xp + r0 * n_in, rows[j])
 
-            pool = _executor(n - 1) if n > 1 else None
-            futures = [pool.submit(chunk, j) for j in range(n - 1)]
-            statuses = []
-            try:
-                statuses_last = chunk(n - 1)
-            finally:
-                statuses = [f.result() for f in futures]
-            statuses.append(statuses_last)
+            statuses = _split(n, chunk)
         finally:
             self._batch_lock.release()
         for j, st in enumerate(statuses):
@@ -1171,6 +1158,18 @@ class _WideArena:
 
 _pool = [None, 0]
 _pool_lock = threading.Lock()
+
+
+def _split(n, run):
+    """[run(0), ..., run(n - 1)]: the first n - 1 chunks on the shared pool, the
+    last on the calling thread (which would otherwise only wait); every
+    chunk has finished when this returns, also when one raised."""
+    futures = [_executor(n - 1).submit(run, j) for j in range(n - 1)] if n > 1 else []
+    try:
+        last = run(n - 1)
+    finally:
+        statuses = [f.result() for f in futures]
+    return statuses + [last]
 
 
 def _executor(n):
