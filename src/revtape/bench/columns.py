@@ -182,7 +182,10 @@ def record(wl, compile_=True) -> Recorded:
         else:
             t0 = time.perf_counter()
             try:
-                rec.ctape = rt.compile(tape)
+                # the VM, pinned: under native="auto" the tape would switch to
+                # native code part-way through the timing (the native tier is
+                # measured on its own by `python -m revtape.bench.native`)
+                rec.ctape = rt.compile(tape, native=False)
             except Exception as exc:
                 rec.compile_error = f"rt.compile raised {type(exc).__name__}: {exc}"
             rec.compile_s = time.perf_counter() - t0
