@@ -234,6 +234,18 @@ RT_CLONES static void tri_solve(const double *L, double *X, int64_t n, int64_t m
     }
 }
 
+/* N rows of M, each summed in numpy's order: y[0] = x[0], y[i] = y[i-1] + x[i]. */
+static void cumsum_rows(double *y, const double *x, int64_t N, int64_t M)
+{
+    int64_t s, i;
+    for (s = 0; s < N; s++, x += M, y += M) {
+        if (M > 0)
+            y[0] = x[0];
+        for (i = 1; i < M; i++)
+            y[i] = y[i - 1] + x[i];
+    }
+}
+
 static int tri_has_zero_diagonal(const double *L, int64_t n)
 {
     int64_t i;
@@ -567,15 +579,7 @@ void rt_linalg_forward(int op, double *v, const int32_t *rec, int64_t o, int64_t
     int64_t s, i;
     switch (op) {
     case RT_OP_CUMSUM:
-        /* numpy's order: out[0] = x[0], out[i] = out[i-1] + x[i] */
-        for (s = 0; s < N; s++) {
-            const double *x = v + a + s * M;
-            double *y = v + o + s * M;
-            if (M > 0)
-                y[0] = x[0];
-            for (i = 1; i < M; i++)
-                y[i] = y[i - 1] + x[i];
-        }
+        cumsum_rows(v + o, v + a, N, M);
         break;
     case RT_OP_CUMPROD:
         for (s = 0; s < N; s++) {
@@ -797,14 +801,7 @@ void rt_linalg_tangent(int op, uint32_t fl, double *v, double *t, const int32_t 
     int64_t i, k, s;
     switch (op) {
     case RT_OP_CUMSUM:
-        for (s = 0; s < N; s++) {
-            const double *tx = t + a + s * M;
-            double *ty = t + o + s * M;
-            if (M > 0)
-                ty[0] = tx[0];
-            for (i = 1; i < M; i++)
-                ty[i] = ty[i - 1] + tx[i];
-        }
+        cumsum_rows(t + o, t + a, N, M);     /* linear: the tangent is the cumsum of tangents */
         break;
     case RT_OP_CUMPROD:
         /* T[i] = T[i-1] x[i] + y[i-1] xdot[i] */
