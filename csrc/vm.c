@@ -360,16 +360,18 @@ vm_next:
 #define TAN_LINALG(NAME) \
     VM_CASE(NAME) { rt_linalg_tangent(RT_OP_##NAME, fl, p->vals, t, ints + c, o, a, b); VM_NEXT; }
 
-static int rt_run_tangent(const rt_program *p)
+/* Instructions [lo, hi): the whole program, or a range the native tier
+ * leaves to the VM (rt_vm_tangent_range). */
+static int rt_run_tangent_range(const rt_program *p, int64_t lo, int64_t hi)
 {
     const int32_t *const code = p->code;
     const int32_t *const ints = p->ints;
     const double *const v = p->vals;
     double *const t = p->adj;
-    const int64_t n_instr = p->n_instr;
+    const int64_t n_instr = hi;
     const int32_t *w;
     uint32_t fl;
-    int64_t pc = -1, n, o, a, b, c;
+    int64_t pc = lo - 1, n, o, a, b, c;
 #if RT_COMPUTED_GOTO
     static const void *const vm_labels[RT_NUM_OPS] = { RT_OPCODES(RT_LABEL_) };
 #endif
@@ -645,6 +647,14 @@ static int rt_run_reverse(rt_program *p)
     return rt_run_reverse_range(p, 0, p->n_instr);
 }
 
+static int rt_run_tangent(rt_program *p)
+{
+    const rt_native *nat = rt_native_of(p);
+    if (nat != NULL && nat->tangent != NULL)
+        return nat->tangent(p);
+    return rt_run_tangent_range(p, 0, p->n_instr);
+}
+
 void rt_set_native(rt_program *p, const rt_native *n)
 {
     if (p != NULL)
@@ -665,6 +675,14 @@ int rt_vm_reverse_range(rt_program *p, int64_t lo, int64_t hi)
         || !__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
         return RT_BADARG;
     return rt_run_reverse_range(p, lo, hi);
+}
+
+int rt_vm_tangent_range(rt_program *p, int64_t lo, int64_t hi)
+{
+    if (p == NULL || lo < 0 || hi < lo || hi > p->n_instr
+        || !__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        return RT_BADARG;
+    return rt_run_tangent_range(p, lo, hi);
 }
 
 /* native="auto" counts calls and samples replay time (one call in 32 is
@@ -1015,16 +1033,24 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
     if (st == RT_BUSY)
         return st;
     for (; st == RT_OK && r < k; r++) {
+        /* a native value_and_grad (the fused scalar code) when installed:
+         * read per row, as every sweep reads p->native */
+        const rt_native *nat = rt_native_of(p);
         if (p->guarded)                 /* a refused row leaves the last complete one */
             rt_save_io(p, 0);
         if (p->n_in > 0)
             memcpy(p->vals, X + r * p->n_in, (size_t)p->n_in * sizeof(double));
-        if ((st = rt_run_forward(p)) != RT_OK)
-            break;
-        rt_zero_adj_rev(p);
-        p->adj[p->out_off] = 1.0;
-        if ((st = rt_run_reverse(p)) != RT_OK)
-            break;
+        if (nat != NULL && nat->value_and_grad != NULL) {
+            if ((st = nat->value_and_grad(p)) != RT_OK)
+                break;
+        } else {
+            if ((st = rt_run_forward(p)) != RT_OK)
+                break;
+            rt_zero_adj_rev(p);
+            p->adj[p->out_off] = 1.0;
+            if ((st = rt_run_reverse(p)) != RT_OK)
+                break;
+        }
         if (p->n_grad > 0)
             memcpy(G + r * p->n_grad, p->adj, (size_t)p->n_grad * sizeof(double));
         values[r] = p->vals[p->out_off];

@@ -68,6 +68,9 @@ typedef struct rt_native {
     int (*forward)(struct rt_program *p);
     int (*reverse)(struct rt_program *p);
     int (*value_and_grad)(struct rt_program *p);
+    /* tangent:        rt_jvp's sweep (vals hold a forward replay, adj the
+     *                 seeded tangents: the caller zeroed and seeded it) */
+    int (*tangent)(struct rt_program *p);
 } rt_native;
 
 typedef struct rt_program {
@@ -187,6 +190,8 @@ void rt_set_native(rt_program *p, const rt_native *n);
  * the range is not inside the program or p was not verified. */
 int rt_vm_forward_range(rt_program *p, int64_t lo, int64_t hi);
 int rt_vm_reverse_range(rt_program *p, int64_t lo, int64_t hi);
+/* The VM's tangent sweep over instructions [lo, hi), in program order. */
+int rt_vm_tangent_range(rt_program *p, int64_t lo, int64_t hi);
 
 /* Hash of the op table this VM was generated from (see ops_generated.h). */
 const char *rt_op_table_hash(void);

@@ -272,8 +272,8 @@ def test_instructions_left_to_the_vm_give_the_vms_bits(name, f, n, rng):
 
 
 def test_every_sweep_of_a_native_tape_gives_the_vms_bits(rng):
-    """jvp, vjp, jacobian, batches and Hessian programs run native forward and
-    reverse sweeps (the tangent sweep is the VM's) over the same arenas."""
+    """jvp, vjp, jacobian, batches and Hessian programs run native forward,
+    reverse and tangent sweeps over the same arenas."""
     f = lambda x: np.stack([np.sin(x[0]) * x[1], np.exp(x[1] - x[2]) + x[0] ** 3, x[2] / 3.0])
     x = rng.normal(size=3)
     v = rng.normal(size=3)

@@ -758,7 +758,13 @@ class CompiledTape:
         """The j-th extra pair of arenas for batched replay (built on first use)."""
         while len(self._workspaces) <= j:
             self._workspaces.append(_BatchArena(self))
-        return self._workspaces[j]
+        arena = self._workspaces[j]
+        # the native tier's sweeps serve every arena (they read the arenas
+        # through the rt_program they are given); installed after the arena
+        # was built, they are picked up by the next batch
+        if arena.p.native != self._p.native:
+            lib.rt_set_native(arena.p, self._p.native)
+        return arena
 
     def _wide_arena(self, j):
         while len(self._wide_arenas) <= j:
@@ -995,7 +1001,9 @@ class CompiledTape:
             raise OutputError("hessian() and hvp() need a scalar output: use a GradientTape "
                               "or rt.HessianTape(f, x)")
         if self._hess is None:
-            self._hess = CompiledTape(HessianTape._from_tape(self._tape), guards=self._guards)
+            # native=True here builds the Hessian program's native code too
+            self._hess = CompiledTape(HessianTape._from_tape(self._tape), guards=self._guards,
+                                      native=self._native)
         return self._hess
 
     # ------------------------------------------------ native tier
