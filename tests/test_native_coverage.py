@@ -399,3 +399,43 @@ def test_every_benchmark_workload_native_equals_vm(name, rng):
     v, g = nt.value_and_gradient(xs[1])
     assert v == pytest.approx(v_ref, rel=1e-10)
     np.testing.assert_allclose(g, g_ref, rtol=1e-8, atol=1e-10)
+
+
+# ---------------------------------------------------------------- native="auto"
+
+@pytest.fixture
+def auto(monkeypatch):
+    """native="auto" on (conftest turns it off), hot after 4 calls."""
+    monkeypatch.setenv("REVTAPE_NATIVE", "1")
+    monkeypatch.setenv("REVTAPE_NATIVE_CALLS", "4")
+    monkeypatch.delenv("REVTAPE_NATIVE_SECONDS", raising=False)
+    monkeypatch.setattr(native, "_warned", set())
+    monkeypatch.setattr(native, "_failed", {})
+    return monkeypatch
+
+
+def test_auto_builds_a_tangent_sweep_for_the_programs_that_use_one(auto, rng):
+    """A gradient-only program's build leaves the tangent sweep out (compile
+    time), and its jvp stays the VM's bits; a program that served a jvp before
+    it got hot, and a HessianTape's, get native tangents."""
+    c = 0.4321 + os.getpid() % 1000 / 1e7                  # programs no other test built
+    f = lambda x: np.sum(np.sin(x) * x[::-1]) + c * x[0] * x[1] ** 2
+    x = rng.normal(size=4)
+    v = rng.normal(size=4)
+    vm = rt.compile(rt.GradientTape(f, x), native=False)
+    grad_only, with_jvp = rt.compile(rt.GradientTape(f, x)), rt.compile(rt.GradientTape(f, x * 2))
+    hess = rt.compile(rt.HessianTape(f, x))
+    hvm = rt.compile(rt.HessianTape(f, x), native=False)
+    for k in range(6):
+        xk = x + 0.1 * k
+        assert _all_same(grad_only.value_and_gradient(xk), vm.value_and_gradient(xk))
+        assert _same(with_jvp.jvp(xk, v), vm.jvp(xk, v))
+        assert _same(hess.hvp(xk, v), hvm.hvp(xk, v))
+    for ct in (grad_only, with_jvp, hess):
+        assert ct.wait_native(600)
+    assert _native_sweeps(grad_only)[3] is False and _native_sweeps(with_jvp)[3]
+    assert _native_sweeps(hess)[3]
+    assert "rtn_tan" not in native.translate(grad_only._code, grad_only._ints,
+                                             native._layout(grad_only, False))
+    assert _same(grad_only.jvp(x, v), vm.jvp(x, v))         # the VM's tangent sweep
+    assert _same(with_jvp.jvp(x, v), vm.jvp(x, v)) and _same(hess.hvp(x, v), hvm.hvp(x, v))

@@ -852,6 +852,8 @@ class CompiledTape:
         m, n = prog.out_len, prog.n_grad
         J = np.empty((m, n))
         xp = self._x_ptr(x)
+        if sweeps is lib.rt_jacobian_fwd:
+            self._tangent_used = True      # native="auto" then builds a tangent sweep
         self._status(sweeps(self._p, xp, ffi.NULL, ffi.from_buffer("double[]", J)), xp)
         self._mark_replayed()
         parts, k = [], 0
@@ -896,6 +898,7 @@ class CompiledTape:
         vflat = self._tangent_vector(v)
         ydot = np.empty(self._program.out_len)
         xp = self._x_ptr(x)
+        self._tangent_used = True          # native="auto" then builds a tangent sweep
         self._status(lib.rt_jvp(self._p, xp, ffi.from_buffer("double[]", vflat),
                                 ffi.NULL, ffi.from_buffer("double[]", ydot)), xp)
         self._mark_replayed()

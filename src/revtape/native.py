@@ -303,8 +303,9 @@ def translate(code, ints, layout=None):
                                f"compile with native=False")
     rows = code.tolist()
     ints = ints.tolist()
+    tangent = layout is None or len(layout) < 8 or layout[7]
     if layout is not None and _scalar_program(rows, layout[3], layout[5]):
-        return _with_tangent(_assemble_scalar(rows, ints, layout), rows)
+        return _with_tangent(_assemble_scalar(rows, ints, layout), rows, tangent)
     fwd, rev = [], []
     for k, (op, n, o, a, b, c) in enumerate(rows):
         name = ops.VM_OPCODES[op & 0xFFFF]
@@ -316,7 +317,7 @@ def translate(code, ints, layout=None):
             f, r = None, (None if fl else "")  # the VM's sweep over this instruction
         fwd.append(f)
         rev.append(r)
-    return _with_tangent(_assemble(fwd, rev), rows)
+    return _with_tangent(_assemble(fwd, rev), rows, tangent)
 
 
 # ------------------------------------------------------------------ scalar programs
@@ -605,7 +606,7 @@ def _assemble_scalar(rows, ints, layout):
         out.append("    if ((st = rtn_fwd(p)) != RT_OK) return st;\n")
         out.extend(f"    rtn_vgrev_{k}(p);\n" for k in reversed(range(K)))
         out.append(seeds.replace("d[", "p->adj[") + "    return RT_OK;\n}\n")
-    out.append("static const rt_native rtn_native = { rtn_fwd, NULL, rtn_vg, rtn_tan };\n")
+    out.append("static const rt_native rtn_native = { rtn_fwd, NULL, rtn_vg, RTN_TAN };\n")
     out.append(_EPILOGUE)
     return "".join(out)
 
@@ -657,7 +658,7 @@ def _assemble(fwd, rev):
     out.append("static int rtn_rev(rt_program *p)\n{\n    int st;\n")
     out.extend(f"    if ((st = rtn_rev_{k}(p)) != RT_OK) return st;\n" for k in reversed(range(nf)))
     out.append("    return RT_OK;\n}\n")
-    out.append("static const rt_native rtn_native = { rtn_fwd, rtn_rev, NULL, rtn_tan };\n")
+    out.append("static const rt_native rtn_native = { rtn_fwd, rtn_rev, NULL, RTN_TAN };\n")
     out.append(_EPILOGUE)
     return "".join(out)
 
@@ -704,12 +705,15 @@ def _tan(name, fl, n, o, a, b, c):
         if kind == "b":
             if n != 1 or var != "VV":
                 return f"rt_kt_{name}({fl}u, {n}, t, v, {o}, {a}, {b});"
-            ta = f"t[{a}]" if fl & 1 else "0.0"
-            tb = f"t[{b}]" if fl & 2 else "0.0"
-            return (f"{{ const double ta = {ta}, tb = {tb}; if (ta != 0.0 || tb != 0.0) {{ "
-                    f"const double x = v[{a}], y = v[{b}], f = v[{o}]; double r = 0.0; "
-                    f"if (ta != 0.0) r += ta * ndx_{base}(x, y, f); "
-                    f"if (tb != 0.0) r += tb * ndy_{base}(x, y, f); t[{o}] = r; }} }}")
+            # an operand whose flag is off has tangent 0.0: its tests are
+            # dropped here rather than left to gcc (compile time)
+            decl = ", ".join(([f"ta = t[{a}]"] if fl & 1 else []) + ([f"tb = t[{b}]"] if fl & 2 else []))
+            test = " || ".join(([f"ta != 0.0"] if fl & 1 else []) + ([f"tb != 0.0"] if fl & 2 else []))
+            terms = ((f" if (ta != 0.0) r += ta * ndx_{base}(x, y, f);" if fl & 1 else "")
+                     + (f" if (tb != 0.0) r += tb * ndy_{base}(x, y, f);" if fl & 2 else ""))
+            return (f"{{ const double {decl}; if ({test}) {{ "
+                    f"const double x = v[{a}], y = v[{b}], f = v[{o}]; double r = 0.0;"
+                    f"{terms} t[{o}] = r; }} }}")
         return ""                              # masks and guards carry no flags
     if name in _xlist("RT_HAND"):
         return f"rt_tan_{name}({fl}u, v, t, ints, {n}, {o}, {a}, {b}, {c});"
@@ -751,11 +755,13 @@ def _tangent_section(rows):
 _TABLE = "static const rt_native rtn_native ="
 
 
-def _with_tangent(src, rows):
+def _with_tangent(src, rows, tangent=True):
     """src (a forward/reverse generator's output) with the tangent sweep added
-    before its table, which names rtn_tan."""
+    before its table, whose tangent member is RTN_TAN (NULL: the VM's sweep)."""
     i = src.index(_TABLE)
-    return src[:i] + _tangent_section(rows) + src[i:]
+    sec = _tangent_section(rows) + "#define RTN_TAN rtn_tan\n" if tangent else \
+        "#define RTN_TAN NULL\n"
+    return src[:i] + sec + src[i:]
 
 
 # ------------------------------------------------------------------ building
@@ -958,11 +964,22 @@ def _runtime_objects(cc, cc_id, d, deadline):
     return objs
 
 
-def _layout(ct):
+def _layout(ct, tangent=True):
+    """What the generated code depends on besides the words (part of the key):
+    the arena layout, the has_aux extras, and whether it has a tangent sweep."""
     prog = ct._program
     extras = tuple((int(off), int(np.prod(shape, dtype=np.int64))) for off, shape in prog.extras)
     return (prog.n_vals, prog.n_in, prog.n_grad, prog.n_fixed, prog.out_off, prog.out_len,
-            extras)
+            extras, bool(tangent))
+
+
+def _wants_tangent(ct):
+    """native="auto" builds a tangent sweep only for programs that use one: a
+    HessianTape's (hessian, hvp), or one that already served a jvp/Jacobian
+    by tangents.  It costs compile time (about as much again as the rest on
+    eight-schools) that a gradient-only program would pay for nothing; such a
+    program's later jvp runs the VM's tangent sweep (the same bits)."""
+    return ct._kind == "hessian" or bool(ct.__dict__.get("_tangent_used"))
 
 
 def _install(ct, table, path, spent):
@@ -1037,8 +1054,8 @@ def arm(ct):
     except NativeCompileError:
         cc_id = None                         # hot will say so, once
     if cc_id is not None:
-        key = _key(ct._code, ct._ints, _layout(ct), cc_id)
-        hit = _loaded.get(key)
+        hit = (_loaded.get(_key(ct._code, ct._ints, _layout(ct, True), cc_id))
+               or _loaded.get(_key(ct._code, ct._ints, _layout(ct, False), cc_id)))
         if hit is not None:                  # a copy of a tape that is already native
             _install(ct, hit[2], hit[1], 0.0)
             ct._native_event.set()
@@ -1065,7 +1082,7 @@ def hot(ct):
             threading.Thread(target=_builder, args=(_queue,), name="revtape-native",
                              daemon=True).start()
     import weakref
-    _queue.put((weakref.ref(ct), ct._code, ct._ints, _layout(ct)))
+    _queue.put((weakref.ref(ct), ct._code, ct._ints, _layout(ct, _wants_tangent(ct))))
 
 
 def _builder(q):
