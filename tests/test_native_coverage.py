@@ -439,3 +439,20 @@ def test_auto_builds_a_tangent_sweep_for_the_programs_that_use_one(auto, rng):
                                              native._layout(grad_only, False))
     assert _same(grad_only.jvp(x, v), vm.jvp(x, v))         # the VM's tangent sweep
     assert _same(with_jvp.jvp(x, v), vm.jvp(x, v)) and _same(hess.hvp(x, v), hvm.hvp(x, v))
+
+
+def test_tangent_sweeps_cut_into_pieces_give_the_vms_bits(monkeypatch, rng):
+    """Array programs and their tangent sweeps cut into 5-instruction
+    functions: runs left to the VM (linalg) and checked kernels cross the
+    cuts, and a guard fails inside a piece."""
+    monkeypatch.setattr(native, "CHUNK", 5)
+    x0 = np.array([0.3, 0.55, 0.45, 0.7, 0.2, 0.6])
+    tape = rt.GradientTape(_structure_families, x0)
+    vm, nt = _pair(tape)
+    src = _source(nt)
+    assert "rtn_tan_3(" in src and "rtn_vm_tan(p," in src and len(nt) > 20
+    xs = [x0 + 0.03 * rng.normal(size=6) for _ in range(3)] + [np.r_[0.95, x0[1:]]]
+    _check_sweeps(tape, vm, nt, xs, rng)                # the last one: the guard fails
+    for ct in (vm, nt):
+        with pytest.raises(rt.BranchChanged):
+            ct.jvp(xs[-1], np.ones(6))

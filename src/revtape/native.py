@@ -305,7 +305,7 @@ def translate(code, ints, layout=None):
     ints = ints.tolist()
     tangent = layout is None or len(layout) < 8 or layout[7]
     if layout is not None and _scalar_program(rows, layout[3], layout[5]):
-        return _with_tangent(_assemble_scalar(rows, ints, layout), rows, tangent)
+        return _with_tangent(_assemble_scalar(rows, ints, layout), rows, tangent, ints)
     fwd, rev = [], []
     for k, (op, n, o, a, b, c) in enumerate(rows):
         name = ops.VM_OPCODES[op & 0xFFFF]
@@ -317,7 +317,7 @@ def translate(code, ints, layout=None):
             f, r = None, (None if fl else "")  # the VM's sweep over this instruction
         fwd.append(f)
         rev.append(r)
-    return _with_tangent(_assemble(fwd, rev), rows, tangent)
+    return _with_tangent(_assemble(fwd, rev), rows, tangent, ints)
 
 
 # ------------------------------------------------------------------ scalar programs
@@ -689,7 +689,23 @@ def _xlist(macro):
     return _XLISTS[macro]
 
 
-def _tan(name, fl, n, o, a, b, c):
+# Index maps up to this long are written out with their indices as literals
+# (a HessianTape's program scatters each gradient element with n = 1).
+_TAN_UNROLL = 8
+
+
+def _tan_indexed(name, n, o, a, c, ints):
+    """GATHER/SCATTER/SCATTER_ADD/CSUM tangents with the side table's entries
+    as literals: csrc/instr/index.h's and fused.h's loops, in their order."""
+    idx = ints[c:c + n]
+    if name == "GATHER":
+        return " ".join(f"t[{o + i}] = t[{a + k}];" for i, k in enumerate(idx))
+    if name == "SCATTER":
+        return " ".join(f"t[{o + k}] = t[{a + i}];" for i, k in enumerate(idx))
+    return " ".join(f"t[{o + k}] += t[{a + i}];" for i, k in enumerate(idx))   # SCATTER_ADD
+
+
+def _tan(name, fl, n, o, a, b, c, ints=None):
     """C for one instruction's tangent step (vm.c's TAN_* cases); "" when the
     VM skips it; raises _VM for instructions left to the VM's sweep."""
     if not fl:
@@ -715,6 +731,12 @@ def _tan(name, fl, n, o, a, b, c):
                     f"const double x = v[{a}], y = v[{b}], f = v[{o}]; double r = 0.0;"
                     f"{terms} t[{o}] = r; }} }}")
         return ""                              # masks and guards carry no flags
+    if ints is not None and name == "CSUM":    # fused.h's rt_tan_CSUM, terms as literals
+        terms = "".join(f" r += t[{e}];" if e >= 0 else f" r -= t[{~e}];"
+                        for e in ints[c:c + n])
+        return f"{{ double r = {f't[{a}]' if fl & 1 else '0.0'};{terms} t[{o}] = r; }}"
+    if ints is not None and name in ("GATHER", "SCATTER", "SCATTER_ADD") and n <= _TAN_UNROLL:
+        return _tan_indexed(name, n, o, a, c, ints)
     if name in _xlist("RT_HAND"):
         return f"rt_tan_{name}({fl}u, v, t, ints, {n}, {o}, {a}, {b}, {c});"
     if name in _xlist("RT_CHECKED"):
@@ -725,13 +747,13 @@ def _tan(name, fl, n, o, a, b, c):
     raise _VM(name)                            # linear algebra: linalg.c, not linked
 
 
-def _tangent_section(rows):
+def _tangent_section(rows, ints=None):
     """The generated tangent sweep: pieces of CHUNK instructions, rtn_tan."""
     stmts = []
     for op, n, o, a, b, c in rows:
         try:
             stmts.append(_tan(ops.VM_OPCODES[op & 0xFFFF], (op & 0xFFFFFFFF) >> 16,
-                              n, o, a, b, c))
+                              n, o, a, b, c, ints))
         except _VM:
             stmts.append(None)
     head = ("(rt_program *p)\n{\n    const double *const restrict v = p->vals; "
@@ -755,11 +777,11 @@ def _tangent_section(rows):
 _TABLE = "static const rt_native rtn_native ="
 
 
-def _with_tangent(src, rows, tangent=True):
+def _with_tangent(src, rows, tangent=True, ints=None):
     """src (a forward/reverse generator's output) with the tangent sweep added
     before its table, whose tangent member is RTN_TAN (NULL: the VM's sweep)."""
     i = src.index(_TABLE)
-    sec = _tangent_section(rows) + "#define RTN_TAN rtn_tan\n" if tangent else \
+    sec = _tangent_section(rows, ints) + "#define RTN_TAN rtn_tan\n" if tangent else \
         "#define RTN_TAN NULL\n"
     return src[:i] + sec + src[i:]
 
