@@ -437,8 +437,15 @@ def test_auto_builds_a_tangent_sweep_for_the_programs_that_use_one(auto, rng):
     assert _native_sweeps(hess)[3]
     assert "rtn_tan" not in native.translate(grad_only._code, grad_only._ints,
                                              native._layout(grad_only, False))
-    assert _same(grad_only.jvp(x, v), vm.jvp(x, v))         # the VM's tangent sweep
     assert _same(with_jvp.jvp(x, v), vm.jvp(x, v)) and _same(hess.hvp(x, v), hvm.hvp(x, v))
+    # the gradient-only program's first jvp rebuilds it with a tangent sweep
+    assert _same(grad_only.jvp(x, v), vm.jvp(x, v))         # the VM's tangent sweep, meanwhile
+    assert grad_only.native_state in ("compiling", "native") and grad_only.wait_native(600)
+    assert _native_sweeps(grad_only)[3]
+    for k in range(3):
+        xk = x - 0.2 * k
+        assert _same(grad_only.jvp(xk, v), vm.jvp(xk, v))
+        assert _all_same(grad_only.value_and_gradient(xk), vm.value_and_gradient(xk))
 
 
 def test_tangent_sweeps_cut_into_pieces_give_the_vms_bits(monkeypatch, rng):

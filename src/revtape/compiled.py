@@ -852,8 +852,8 @@ class CompiledTape:
         m, n = prog.out_len, prog.n_grad
         J = np.empty((m, n))
         xp = self._x_ptr(x)
-        if sweeps is lib.rt_jacobian_fwd:
-            self._tangent_used = True      # native="auto" then builds a tangent sweep
+        if sweeps is lib.rt_jacobian_fwd and not self.__dict__.get("_tangent_used"):
+            self._note_tangent()
         self._status(sweeps(self._p, xp, ffi.NULL, ffi.from_buffer("double[]", J)), xp)
         self._mark_replayed()
         parts, k = [], 0
@@ -898,11 +898,20 @@ class CompiledTape:
         vflat = self._tangent_vector(v)
         ydot = np.empty(self._program.out_len)
         xp = self._x_ptr(x)
-        self._tangent_used = True          # native="auto" then builds a tangent sweep
+        if not self.__dict__.get("_tangent_used"):
+            self._note_tangent()
         self._status(lib.rt_jvp(self._p, xp, ffi.from_buffer("double[]", vflat),
                                 ffi.NULL, ffi.from_buffer("double[]", ydot)), xp)
         self._mark_replayed()
         return ydot
+
+    def _note_tangent(self):
+        """The first tangent sweep asked of this tape: native="auto" builds
+        native code with a tangent sweep from now on (native.add_tangent)."""
+        self._tangent_used = True
+        if self._native_state == "native":
+            from . import native as _native
+            _native.add_tangent(self)
 
     def _tangent_vector(self, v):
         """v, shaped like the differentiated input(s), as one flat float64 vector."""

@@ -1107,6 +1107,21 @@ def hot(ct):
     _queue.put((weakref.ref(ct), ct._code, ct._ints, _layout(ct, _wants_tangent(ct))))
 
 
+def add_tangent(ct):
+    """A native="auto" program built without a tangent sweep (it served only
+    gradients before it got hot) is asked for its first jvp: rebuild it with
+    one in the background.  Its current native code keeps serving (the VM's
+    tangent sweep meanwhile); the new table replaces it atomically."""
+    from ._vm import ffi as vm_ffi
+    nat = ct._p.native
+    if ct._native != "auto" or ct._native_state != "native" or nat == vm_ffi.NULL \
+            or nat.tangent != vm_ffi.NULL:
+        return
+    ct._native_event.clear()
+    ct._native_state = "vm"
+    hot(ct)
+
+
 def _builder(q):
     """The builder thread: one build at a time (a compiler is a heavy process),
     never an exception to anyone; a failure leaves the VM serving, with one
