@@ -15,8 +15,8 @@ the VM's EXP case evaluates, under the same compiler flags plus
 instructions call the VM's own kernels (csrc/kernels.c, linked in);
 instructions without a translation here run the VM's own sweep over their
 range (rtn_vm_fwd / rtn_vm_rev / rtn_vm_tan).  Scalar programs get a fused
-value_and_grad with C locals (_translate_scalar); every program gets a
-tangent sweep (_tangent_section).  Results are therefore bit for bit those of
+value_and_grad with C locals (_translate_scalar); programs that use one get a
+tangent sweep (_tangent_section, _wants_tangent).  Results are therefore bit for bit those of
 the VM; tests/test_native.py checks it.
 
 The library reads and writes only the program's arenas, through the
@@ -695,8 +695,8 @@ _TAN_UNROLL = 8
 
 
 def _tan_indexed(name, n, o, a, c, ints):
-    """GATHER/SCATTER/SCATTER_ADD/CSUM tangents with the side table's entries
-    as literals: csrc/instr/index.h's and fused.h's loops, in their order."""
+    """GATHER/SCATTER/SCATTER_ADD tangents with the side table's entries as
+    literals: csrc/instr/index.h's loops, unrolled in their order."""
     idx = ints[c:c + n]
     if name == "GATHER":
         return " ".join(f"t[{o + i}] = t[{a + k}];" for i, k in enumerate(idx))
@@ -1000,7 +1000,7 @@ def _wants_tangent(ct):
     HessianTape's (hessian, hvp), or one that already served a jvp/Jacobian
     by tangents.  It costs compile time (about as much again as the rest on
     eight-schools) that a gradient-only program would pay for nothing; such a
-    program's later jvp runs the VM's tangent sweep (the same bits)."""
+    program's first jvp rebuilds it with one (add_tangent)."""
     return ct._kind == "hessian" or bool(ct.__dict__.get("_tangent_used"))
 
 
