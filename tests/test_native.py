@@ -243,8 +243,9 @@ def test_two_processes_compiling_one_program_at_once_share_the_entry(cache, tmp_
 # ---------------------------------------------------------------- the VM's own kernels
 
 def _vm_kernel_programs():
-    """Programs whose instructions the native code leaves to the VM's sweep over
-    their range (reductions other than sum, matmul, linear algebra, cumulative)."""
+    """Programs of the instructions the native code calls the VM's kernels for
+    (reductions other than sum, matmul: csrc/instr/ kernels inlined) or leaves
+    to the VM's sweep over their range (linear algebra, cumulative)."""
     A = np.array([[2.0, 0.3, 0.1], [0.3, 1.5, 0.2], [0.1, 0.2, 1.8]])
     yield "reductions", (lambda x: np.max(x) * x[0] + np.min(x ** 2) + np.prod(x[:4])
                          + sps.logsumexp(x) + np.sum(np.max(x.reshape(2, 3), axis=1) * x[3:5])), 6

@@ -117,8 +117,8 @@ RT_GUARDS(NG_)
 #else
 #define RTN_PIECE static
 #endif
-/* Instructions left to the VM (reductions other than sum, matmul, linear
- * algebra, cumulative kernels): its own sweeps over [lo, hi). */
+/* Instructions left to the VM (linear algebra and cumulative kernels, in
+ * linalg.c): its own sweeps over [lo, hi). */
 static int (*rtn_vm_fwd)(rt_program *, int64_t, int64_t);
 static int (*rtn_vm_rev)(rt_program *, int64_t, int64_t);
 static int (*rtn_vm_tan)(rt_program *, int64_t, int64_t);
@@ -188,14 +188,11 @@ def _fwd(name, n, o, a, b, c, ints, pc=0):
         return f"{{ int64_t i; for (i = 0; i < {n}; i++) v[{o} + ints[{c} + i]] = v[{a} + i]; }}"
     if name == "SSD":                                       # csrc/kernels.c
         return f"rt_kf_SSD({n}, v, {o}, {a}, {b});"
-    if name == "GATHER_IDX":      # csrc/instr/index.h: checks every index, RT_BAD_INDEX
-        return (f"if ((st = rt_fwd_GATHER_IDX(v, ints, {n}, {o}, {a}, {b}, {c})) != RT_OK) "
-                f"return st;")
     if name == "GAXPY":                                     # csrc/gaxpy.h
         return (f"{{ const double t = v[{b}]; int64_t i; for (i = 0; i < {n}; i++) "
                 f"{{ const double prod = t * v[{ints[c]} + i]; "
                 f"v[{o} + i] = v[{a} + ints[{c + 2} + i]] + prod; }} }}")
-    raise _VM(name)
+    return _hand("fwd", name, 0, n, o, a, b, c)
 
 
 def _rev(name, fl, n, o, a, b, c, ints):
@@ -264,9 +261,6 @@ def _rev(name, fl, n, o, a, b, c, ints):
                 f"{{ int64_t i; for (i = 0; i < {n}; i++) d[{a} + i] += d[{o} + ints[{c} + i]]; }}")
     if name == "SSD":
         return f"rt_kr_SSD({fl}u, {n}, d, v, {o}, {a}, {b});"
-    if name == "GATHER_IDX":
-        return (f"if ((st = rt_rev_GATHER_IDX({fl}u, v, d, ints, {n}, {o}, {a}, {b}, {c})) "
-                f"!= RT_OK) return st;")
     if name == "GAXPY":                                     # csrc/gaxpy.h
         z = ints[c]
         return (f"{{ const double t = v[{b}]; double sb = 0.0; int64_t i; (void)t; (void)sb; "
@@ -275,7 +269,7 @@ def _rev(name, fl, n, o, a, b, c, ints):
                 + (f" sb += g * v[{z} + i];" if fl & 2 else "")
                 + (f" d[{z} + i] += g * t;" if fl & 4 else "")
                 + " } }" + (f" d[{b}] += sb;" if fl & 2 else "") + " }")
-    raise _VM(name)
+    return _hand("rev", name, fl, n, o, a, b, c)
 
 
 def untranslatable(code):
@@ -289,9 +283,9 @@ def untranslatable(code):
 
 def translate(code, ints, layout=None):
     """C source for the verified words `code` (n_instr x 6 int32) and side table
-    `ints`.  Instructions without a C translation here (reductions other than
-    sum, matmul, linear algebra) are runs of the VM's own sweep over their
-    range.  Raises UnsupportedError for a program the tier refuses
+    `ints`.  Hand instructions without a translation of their own call their
+    csrc/instr/ kernels (_hand); linear algebra and cumulative kernels are runs
+    of the VM's own sweep over their range.  Raises UnsupportedError for a program the tier refuses
     (untranslatable)."""
     global _FAM
     if _FAM is None:
@@ -705,6 +699,23 @@ def _tan_indexed(name, n, o, a, c, ints):
     return " ".join(f"t[{o + k}] += t[{a + i}];" for i, k in enumerate(idx))   # SCATTER_ADD
 
 
+def _hand(sweep, name, fl, n, o, a, b, c):
+    """Any other hand instruction (reductions, MATMUL, GATHER_IDX ...): a call
+    of its own static inline kernel from csrc/instr/, as vm.c's FWD_HAND /
+    REV_HAND / TAN_HAND cases make it, inlined here with literal arguments;
+    a checked kernel's status (RT_BAD_INDEX) returned as the VM returns it.
+    Linear algebra (linalg.c, not linked) raises _VM: the VM's range sweep."""
+    args = {"fwd": "v, ints", "rev": f"{fl}u, v, d, ints", "tan": f"{fl}u, v, t, ints"}[sweep]
+    call = f"rt_{sweep}_{name}({args}, {n}, {o}, {a}, {b}, {c})"
+    if name in _xlist("RT_HAND"):
+        return call + ";"
+    if name in _xlist("RT_CHECKED"):
+        return f"if ((st = {call}) != RT_OK) return st;"
+    if name in _xlist("RT_HAND_ND"):
+        return "" if sweep != "fwd" else call + ";"
+    raise _VM(name)
+
+
 def _tan(name, fl, n, o, a, b, c, ints=None):
     """C for one instruction's tangent step (vm.c's TAN_* cases); "" when the
     VM skips it; raises _VM for instructions left to the VM's sweep."""
@@ -737,14 +748,7 @@ def _tan(name, fl, n, o, a, b, c, ints=None):
         return f"{{ double r = {f't[{a}]' if fl & 1 else '0.0'};{terms} t[{o}] = r; }}"
     if ints is not None and name in ("GATHER", "SCATTER", "SCATTER_ADD") and n <= _TAN_UNROLL:
         return _tan_indexed(name, n, o, a, c, ints)
-    if name in _xlist("RT_HAND"):
-        return f"rt_tan_{name}({fl}u, v, t, ints, {n}, {o}, {a}, {b}, {c});"
-    if name in _xlist("RT_CHECKED"):
-        return (f"if ((st = rt_tan_{name}({fl}u, v, t, ints, {n}, {o}, {a}, {b}, {c})) "
-                f"!= RT_OK) return st;")
-    if name in _xlist("RT_HAND_ND"):
-        return ""
-    raise _VM(name)                            # linear algebra: linalg.c, not linked
+    return _hand("tan", name, fl, n, o, a, b, c)
 
 
 def _tangent_section(rows, ints=None):
