@@ -1,14 +1,16 @@
 """How rows lower (compiler._LOWER and the rows' view/lower/indices/pieces/record
-fields)."""
+fields) and the compiled-Hessian class (compiled.CompiledHessian)."""
 
+import copy
 import inspect
+import pickle
 import re
 
 import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import compiler, ops
+from revtape import compiled, compiler, ops
 
 
 # ---------------------------------------------------------------- lowering table
@@ -80,3 +82,66 @@ def test_linalg_records_come_from_the_row(op_name, f, x):
     assert out + n <= scratch and scratch + want[3] <= ct.program.n_vals
     if op_name == "trisolve":
         assert bits == 3                            # lower | trans
+
+
+# ---------------------------------------------------------------- compiled Hessians
+
+def _f(x):
+    return np.sum(np.exp(x) * x[0]) + x[1] ** 3
+
+
+X = np.array([0.3, -0.2, 0.5])
+
+
+def test_a_hessian_program_is_a_compiled_hessian_and_a_compiled_tape():
+    ht = rt.HessianTape(_f, X)
+    for ct in (rt.compile(ht), rt.CompiledTape(ht), compiled.CompiledTape(ht, native=False)):
+        assert type(ct) is compiled.CompiledHessian
+        assert isinstance(ct, rt.CompiledTape)
+    gt = rt.GradientTape(_f, X)
+    assert type(rt.compile(gt)) is rt.CompiledTape
+    assert type(rt.compile(gt)._hessian_program()) is compiled.CompiledHessian
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "copy", "pickle"])
+def test_copies_of_a_compiled_hessian_stay_one(how):
+    ct = rt.compile(rt.HessianTape(_f, X))
+    c2 = {"deepcopy": copy.deepcopy, "copy": copy.copy,
+          "pickle": lambda c: pickle.loads(pickle.dumps(c))}[how](ct)
+    assert type(c2) is compiled.CompiledHessian
+    np.testing.assert_array_equal(c2.code, ct.code)
+    np.testing.assert_array_equal(c2.hessian(X + 1), ct.hessian(X + 1))
+    v1, g1 = ct.value_and_gradient(X)
+    v2, g2 = c2.value_and_gradient(X)
+    assert v1 == v2 and np.array_equal(g1, g2)
+    assert c2.forward(X) == c2(X) == v1
+
+
+def test_a_compiled_hessian_pickles_in_the_compiled_tape_format():
+    # one pickle format for both kinds: the stream names CompiledTape's
+    # rebuild function, never the class, so pickles made before the class
+    # existed load as CompiledHessians and these load in such versions
+    ct = rt.compile(rt.HessianTape(_f, X))
+    data = pickle.dumps(ct)
+    assert b"CompiledHessian" not in data and b"_rebuild" in data
+    fn, args = ct.__reduce__()
+    assert fn is compiled._rebuild
+    assert type(fn(*args)) is compiled.CompiledHessian
+
+
+def test_a_compiled_hessian_refuses_what_a_gradient_program_does():
+    ct = rt.compile(rt.HessianTape(_f, X))
+    with pytest.raises(rt.OutputError, match="hessian"):
+        ct.jacobian(X)
+    with pytest.raises(rt.OutputError, match="hvp"):
+        ct.jvp(X, X)
+    with pytest.raises(rt.OutputError, match="gradient tape"):
+        ct.bind(X.copy(), X.copy())
+    for call in (lambda: ct.batch_value_and_gradient(np.stack([X, X])),
+                 lambda: ct.batch_forward(np.stack([X, X]))):
+        with pytest.raises(rt.OutputError, match="batch"):
+            call()
+    # and a pickle claiming to be a HessianTape program without f's value
+    fn, (state, tape, *rest) = ct.__reduce__()
+    with pytest.raises(rt.VerificationError, match="f's value"):
+        fn(dict(state, value_off=-1), tape, *rest)
