@@ -1,4 +1,4 @@
-"""How rows lower (compiler._LOWER and the rows' view/lower/indices/pieces/record
+"""How rows lower (compiler._LOWER and the rows' view/lower/indices/pieces/linalg
 fields) and the compiled-Hessian class (compiled.CompiledHessian)."""
 
 import copy
@@ -34,7 +34,7 @@ def test_every_row_has_a_lowering():
             if op.lower == "SCATTER":
                 assert callable(op.pieces), op
         if op.family == ops.LINALG:
-            assert callable(op.record), f"linear-algebra row {op.name} has no ints record"
+            assert isinstance(op.linalg, ops.Linalg), f"linear-algebra row {op.name} has no Linalg"
 
 
 def test_the_compiler_names_no_op():
@@ -63,8 +63,9 @@ def test_the_compiler_names_no_op():
     ("cumprod", lambda x: np.sum(np.cumprod(x.reshape(2, 3), axis=-1)), np.arange(1.0, 7.0)),
 ])
 def test_linalg_records_come_from_the_row(op_name, f, x):
-    # the ints record (N, M, bits, scratch) the kernel reads; the scratch is
-    # arena space of the length the row declares, after the output
+    # the ints record (N, M, flags, scratch) the kernel reads; the scratch is
+    # arena space of the length the row declares, after the output, and the C
+    # verifier (generated from the same row) accepts it
     ct = rt.compile(rt.GradientTape(f, x))
     code, ints = ct.code, ct.program.ints
     rows = [w for w in code if (w[0] & 0xFFFF) == ops.OPCODE[op_name.upper()]]
@@ -77,7 +78,7 @@ def test_linalg_records_come_from_the_row(op_name, f, x):
         assert (N, M, bits, scratch) == (2, 3, 0, 0)
         return
     params = {"lower": True, "trans": True, "unit": False} if op_name == "trisolve" else {}
-    want = op.record(shapes, params)
+    want = op.linalg.ints(shapes, params)
     assert (N, M, bits) == want[:3]
     assert out + n <= scratch and scratch + want[3] <= ct.program.n_vals
     if op_name == "trisolve":
@@ -145,3 +146,22 @@ def test_a_compiled_hessian_refuses_what_a_gradient_program_does():
     fn, (state, tape, *rest) = ct.__reduce__()
     with pytest.raises(rt.VerificationError, match="f's value"):
         fn(dict(state, value_off=-1), tape, *rest)
+
+
+def test_the_c_verifier_reads_the_rows_lengths():
+    # RT_LINALG_LENGTHS in ops_generated.h is written from each row's Linalg:
+    # evaluated at a shape, its expressions give the row's numbers
+    from revtape import _codegen
+    text = _codegen.render()
+    block = text.split("#define RT_LINALG_LENGTHS(X)")[1].split("\n\n")[0]
+    rows = re.findall(r"X\((\w+), \((.*?)\), \((.*?)\), \((.*?)\), \((.*?)\), (\d), (\d+)\)", block)
+    assert sorted(r[0] for r in rows) == sorted(op.name.upper() for op in ops.OPS.values()
+                                                if op.family == ops.LINALG)
+    for name, a, b, out, scratch, square, flags in rows:
+        L = ops.OPS[name.lower()].linalg
+        for N, M in ((3, 3), (4, 2)):
+            at = {"N": N, "M": M}
+            assert eval(a, at) == eval(L.a, at) and eval(out, at) == eval(L.out, at)
+            assert eval(b, at) == (eval(L.b, at) if L.b else -1)
+            assert eval(scratch, at) == (eval(L.scratch, at) if L.scratch else 0)
+        assert (int(square), int(flags)) == (L.square, L.flags)

@@ -642,9 +642,9 @@ class _Lowering:
                   flags=flag[0] | (flag[1] << 1))
 
     def _lower_linalg(self, op, o, n, oshape, args, params, flag):
-        # the row's record gives the kernel's ints record (N, M, bits, scratch
-        # length): see csrc/linalg.h; the scratch lives in the arena
-        N, M, bits, scratch = op.record([_shp(self.vals[a]) for a in args], params)
+        # the row's Linalg gives the kernel's ints record (N, M, flags, scratch):
+        # see csrc/linalg.h; the scratch lives in the arena
+        N, M, bits, scratch = op.linalg.ints([_shp(self.vals[a]) for a in args], params)
         s = 0 if scratch is None else self._alloc(scratch)
         b = self.offset[args[1]] if len(args) > 1 else 0
         self.emit(op.name.upper(), n, o, self.offset[args[0]], b, self._ints([N, M, bits, s]),
