@@ -485,7 +485,7 @@ class _Lowering:
         vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
         fused_mul, fused_add = self.fusions()
         links, chains = self.sum_chains(fused_mul, fused_add)
-        ssd_sum = self.ssd_sum
+        ssd_sum, lower_pair = self.ssd_sum, self._lower_pair
         for k, instr in enumerate(self.kept):
             op, out, args, params = instr
             if k in fused_mul or k in links:
@@ -495,7 +495,7 @@ class _Lowering:
             elif k in chains:
                 self._lower_csum(out, *chains[k])
             elif k in fused_add:
-                self._lower_pair(k, out, args, *fused_add[k])
+                lower_pair(k, out, args, fused_add[k])
             elif type(vals[out]) is float and op.family in _SCALAR_FAMILIES:
                 # scalar code: one element, no broadcasting to work out
                 o = self.next_free
@@ -535,9 +535,11 @@ class _Lowering:
         c = self._ints([offset[t] if sign > 0 else ~offset[t] for t, sign in terms])
         self.emit("CSUM", len(terms), o, offset[start], 0, c, flags=(start in self.adj) | 2)
 
-    def _lower_pair(self, k, out, args, kind, i, t):
-        """Instruction k fused with the one it absorbs (kept index i, result t):
-        AXPY, GAXPY (its gather too) or SQDIFF (fusions, _array_fusion)."""
+    def _lower_pair(self, k, out, args, fused):
+        """Instruction k fused with the one it absorbs (fused: (kind, its kept
+        index i, its result t)): AXPY, GAXPY (the gather too) or SQDIFF (fusions,
+        _array_fusion)."""
+        kind, i, t = fused
         vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
         x, y = self.kept[i][2]
         n = _size(_shp(vals[out]))       # 1, or an array form (_array_fusion)
