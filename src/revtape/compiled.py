@@ -1037,6 +1037,7 @@ class CompiledHessian(CompiledTape):
     CompiledTape(htape) build one; it is a CompiledTape in every other way."""
 
     _value_and_gradient_is_fast = False
+    _tangent_program = True      # hessian()/hvp() are tangent sweeps: native="auto" builds them
 
     def _check_kind(self, prog):
         if not 0 <= prog.value_off < prog.n_vals:

@@ -1005,8 +1005,7 @@ def _wants_tangent(ct):
     by tangents.  It costs compile time (about as much again as the rest on
     eight-schools) that a gradient-only program would pay for nothing; such a
     program's first jvp rebuilds it with one (add_tangent)."""
-    from .compiled import CompiledHessian
-    return isinstance(ct, CompiledHessian) or bool(ct.__dict__.get("_tangent_used"))
+    return getattr(ct, "_tangent_program", False) or bool(ct.__dict__.get("_tangent_used"))
 
 
 def _install(ct, table, path, spent):
