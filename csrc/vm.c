@@ -63,7 +63,7 @@
  * prediction is sensitive (growing an unrelated function once slowed scalar
  * code measurably), then no longer moves when other functions change. */
 #if defined(__GNUC__)
-#define RT_HOT __attribute__((hot))
+#define RT_HOT __attribute__((hot, aligned(64)))
 #else
 #define RT_HOT
 #endif
@@ -156,10 +156,20 @@ int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys
     }
 #define FWD_LINALG(NAME) VM_CASE(NAME) { rt_linalg_forward(RT_OP_##NAME, v, ints + c, o, a, b); VM_NEXT; }
 
-static void rt_block_forward(rt_program *p, const int32_t *w);
-static void rt_block_reverse(const rt_program *p, const int32_t *w);
+/* Out of line: inlined, their stack buffers and loops would change the
+ * sweeps' register allocation, which scalar code's dispatch is sensitive to. */
+#if defined(__GNUC__)
+#define RT_NOINLINE __attribute__((noinline))
+#else
+#define RT_NOINLINE
+#endif
+RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w);
+RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w);
 static int rt_run_tangent(const rt_program *p);
-static void rt_block_tangent(const rt_program *p, const int32_t *w);
+RT_NOINLINE static void rt_block_tangent(const rt_program *p, const int32_t *w);
+RT_NOINLINE static int64_t rt_block_reverse_at(const rt_program *p, int64_t pc, int64_t lo);
+RT_NOINLINE static int64_t rt_block_forward_at(rt_program *p, int64_t pc, int64_t hi);
+RT_NOINLINE static int64_t rt_block_tangent_at(const rt_program *p, int64_t pc);
 
 /* Instructions [lo, hi): the whole program, or a range the native tier
  * leaves to the VM (rt_vm_forward_range). */
@@ -199,10 +209,7 @@ vm_next:
         VM_CASE(BLOCK) {
             /* the members, tile by tile (csrc/instr/block.h); the range
              * entry points refuse a range that cuts a block */
-            if (pc + o + 1 < n_instr) {
-                rt_block_forward(p, w);
-                pc += o + 1;
-            }
+            pc = rt_block_forward_at(p, pc, n_instr);   /* its ENDBLOCK's pc */
             VM_NEXT;
         }
         VM_CASE(ENDBLOCK) { VM_NEXT; }
@@ -308,10 +315,7 @@ vm_next:
             VM_NEXT;
         }
         VM_CASE(ENDBLOCK) {
-            if (pc - o - 1 >= lo) {
-                rt_block_reverse(p, w - (o + 1) * RT_WORDS);
-                pc -= o + 1;
-            }
+            pc = rt_block_reverse_at(p, pc, lo);    /* the pc of its BLOCK */
             VM_NEXT;
         }
         VM_CASE(BLOCK) { VM_NEXT; }
@@ -327,7 +331,7 @@ vm_next:
  * BLOCK's sweeps (csrc/instr/block.h): the VM's own sweep over the member
  * words of one tile at a time (w: the BLOCK's words).  Members are
  * elementwise instructions that return no status. */
-static void rt_block_forward(rt_program *p, const int32_t *w)
+RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w)
 {
     int32_t buf[RT_BLOCK_MAX * RT_WORDS];
     rt_program q = *p;
@@ -345,7 +349,7 @@ static void rt_block_forward(rt_program *p, const int32_t *w)
  * members' reverses last member first: every slot receives one member's
  * contributions in element order, as the member's own loop adds them.
  * Tile-local results are recomputed first and their adjoints start at 0. */
-static void rt_block_reverse(const rt_program *p, const int32_t *w)
+RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w)
 {
     int32_t buf[RT_BLOCK_MAX * RT_WORDS];
     rt_program q = *p;
@@ -365,7 +369,40 @@ static void rt_block_reverse(const rt_program *p, const int32_t *w)
     }
 }
 
-static void rt_block_tangent(const rt_program *p, const int32_t *w)
+/* The forward sweep's BLOCK at pc: the block, when it ends before hi (the
+ * range entry points refuse a range that cuts one); returns the pc to
+ * continue from (its ENDBLOCK's).  Called, not inlined, so that the sweeps'
+ * dispatch code stays as it was (scalar code is sensitive to it). */
+RT_NOINLINE static int64_t rt_block_forward_at(rt_program *p, int64_t pc, int64_t hi)
+{
+    const int32_t *w = p->code + pc * RT_WORDS;
+    if (pc + w[2] + 1 >= hi)
+        return pc;
+    rt_block_forward(p, w);
+    return pc + w[2] + 1;
+}
+
+RT_NOINLINE static int64_t rt_block_tangent_at(const rt_program *p, int64_t pc)
+{
+    const int32_t *w = p->code + pc * RT_WORDS;
+    rt_block_tangent(p, w);
+    return pc + w[2] + 1;
+}
+
+/* The reverse sweep's ENDBLOCK at pc: the block's reverse when the whole
+ * block is in the sweep's range [lo, ..); returns the pc to continue from
+ * (its BLOCK's, which the sweep then steps past). */
+RT_NOINLINE static int64_t rt_block_reverse_at(const rt_program *p, int64_t pc, int64_t lo)
+{
+    const int32_t *w = p->code + pc * RT_WORDS;
+    const int64_t m = w[2];
+    if (pc - m - 1 < lo)
+        return pc;
+    rt_block_reverse(p, w - (m + 1) * RT_WORDS);
+    return pc - m - 1;
+}
+
+RT_NOINLINE static void rt_block_tangent(const rt_program *p, const int32_t *w)
 {
     int32_t buf[RT_BLOCK_MAX * RT_WORDS];
     rt_program q = *p;
@@ -521,8 +558,7 @@ vm_next:
             VM_NEXT;
         }
         VM_CASE(BLOCK) {
-            rt_block_tangent(p, w);
-            pc += o + 1;
+            pc = rt_block_tangent_at(p, pc);
             VM_NEXT;
         }
         VM_CASE(ENDBLOCK) { VM_NEXT; }
