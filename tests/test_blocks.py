@@ -248,3 +248,27 @@ def test_native_tier_runs_blocks_on_the_vm(monkeypatch):
             v2, g2 = nt.value_and_gradient(x)
         np.testing.assert_array_equal(_bits(v1), _bits(v2))
         np.testing.assert_array_equal(_bits(g1), _bits(g2))
+
+
+def test_two_blocks_share_the_scratch(monkeypatch):
+    # the tracked scale x[0] splits the run: two blocks, each with a
+    # tile-local result, one scratch
+    f = lambda x: np.sum(((x * x + 1.0) * x[0]) ** 2 - 2.0 * np.cos(x))
+    x0 = np.random.default_rng(11).uniform(-1, 1, N)
+    tape, fused, unfused = _pair(f, x0, monkeypatch)
+    s = fused.stats()
+    assert s["tiled_blocks"] == 2 and s["tile_local_results"] >= 2, fused.disassemble()
+    _assert_same_bits(tape, fused, unfused, x0)
+
+
+def test_pickled_blocked_tape_replays_the_same_bits():
+    import pickle
+    f = FAMILIES["rosenbrock"]
+    x0 = np.random.default_rng(12).uniform(-1, 1, N)
+    ct = rt.compile(rt.GradientTape(f, x0), native=False)
+    again = pickle.loads(pickle.dumps(ct))
+    assert "BLOCK" in _opcodes(again)
+    v, g = ct.value_and_gradient(x0)
+    v2, g2 = again.value_and_gradient(x0)
+    np.testing.assert_array_equal(_bits(v), _bits(v2))
+    np.testing.assert_array_equal(_bits(g), _bits(g2))
