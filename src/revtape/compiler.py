@@ -27,6 +27,7 @@ import numpy as np
 
 from . import ops
 from .errors import UnsupportedError
+from . import blocks
 from .isa import FLAGS_SHIFT, WORDS   # the word layout (isa.py, generated into vm.h's ABI)
 
 FORMAT_VERSION = 1
@@ -730,4 +731,6 @@ def compile_tape(tape, guards=True, n_grad=None):
     low.analyse()
     low.layout()
     low.lower()
-    return low.program()
+    prog = low.program()
+    # tiled elementwise runs (src/revtape/blocks.py); REVTAPE_BLOCKS=0: none
+    return blocks.apply(prog) if blocks.enabled() else prog
