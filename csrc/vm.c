@@ -165,7 +165,7 @@ int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys
 #endif
 RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w);
 RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w);
-static int rt_run_tangent(const rt_program *p);
+static int rt_run_tangent_range(const rt_program *p, int64_t lo, int64_t hi);
 RT_NOINLINE static void rt_block_tangent(const rt_program *p, const int32_t *w);
 RT_NOINLINE static int64_t rt_block_reverse_at(const rt_program *p, int64_t pc, int64_t lo);
 RT_NOINLINE static int64_t rt_block_forward_at(rt_program *p, int64_t pc, int64_t hi);
@@ -418,7 +418,8 @@ RT_NOINLINE static void rt_block_tangent(const rt_program *p, const int32_t *w)
             memset(p->adj + bk.s0, 0, (size_t)(bk.s1 - bk.s0) * sizeof(double));
         }
         q.n_instr = rt_block_tile(&bk, t, len, 0, buf);
-        (void)rt_run_tangent(&q);
+        /* the VM's sweep over the tile's words (q shares p's native table) */
+        (void)rt_run_tangent_range(&q, 0, q.n_instr);
     }
 }
 
@@ -858,6 +859,8 @@ int rt_vm_tangent_range(rt_program *p, int64_t lo, int64_t hi)
 {
     if (p == NULL || lo < 0 || hi < lo || hi > p->n_instr
         || !__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        return RT_BADARG;
+    if (!rt_range_whole(p, lo, hi))
         return RT_BADARG;
     return rt_run_tangent_range(p, lo, hi);
 }

@@ -463,3 +463,29 @@ def test_tangent_sweeps_cut_into_pieces_give_the_vms_bits(monkeypatch, rng):
     for ct in (vm, nt):
         with pytest.raises(rt.BranchChanged):
             ct.jvp(xs[-1], np.ones(6))
+
+
+def test_tiled_blocks_keep_their_vm_sweeps_in_native_tangents(monkeypatch, rng):
+    """A tiled block (csrc/instr/block.h) runs whole on the VM in every native
+    sweep, tangents included; pieces of 3 instructions never cut one (the
+    VM's range entry points refuse such a range); the Hessian of a blocked
+    program is the VM's."""
+    from revtape import blocks
+    monkeypatch.setattr(blocks, "TILE", 32)
+    monkeypatch.setattr(native, "CHUNK", 3)
+    n = 150
+    W = rng.normal(size=n - 1)
+    f = lambda x: (np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+                   + np.sum(np.where(x > 0, x * x, -x) * 0.5) + np.dot(W, np.sin(x[1:]))
+                   + np.sum(np.take(x, [3, 1, 4]) ** 2))
+    x0 = rng.uniform(-1, 1, n)
+    tape = rt.GradientTape(f, x0)
+    vm, nt = _pair(tape)
+    assert "BLOCK" in _opnames(nt)
+    bad = x0.copy()
+    bad[[3, 40, 97]] = [np.inf, np.nan, -np.inf]
+    with np.errstate(all="ignore"):
+        _check_sweeps(tape, vm, nt, [x0, 1.3 * x0 - 0.2, np.zeros(n)], rng)
+        _check_sweeps(tape, vm, nt, [bad], rng, same=_same_nan)
+    v = rng.normal(size=n)
+    assert _same(vm.hvp(x0, v), nt.hvp(x0, v))

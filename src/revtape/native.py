@@ -778,21 +778,26 @@ def _tan(name, fl, n, o, a, b, c, ints=None):
 def _tangent_section(rows, ints=None):
     """The generated tangent sweep: pieces of CHUNK instructions, rtn_tan."""
     stmts = []
-    for op, n, o, a, b, c in rows:
+    block_end, block_st = -1, None
+    for k, (op, n, o, a, b, c) in enumerate(rows):
+        name, fl = ops.VM_OPCODES[op & 0xFFFF], (op & 0xFFFFFFFF) >> 16
+        if name == "BLOCK":                    # csrc/instr/block.h: run whole by the VM
+            block_end, block_st = k + o + 1, (None if fl else "")
+        if k <= block_end:
+            stmts.append(block_st)             # (no flag: no member has tangent work)
+            continue
         try:
-            stmts.append(_tan(ops.VM_OPCODES[op & 0xFFFF], (op & 0xFFFFFFFF) >> 16,
-                              n, o, a, b, c, ints))
+            stmts.append(_tan(name, fl, n, o, a, b, c, ints))
         except _VM:
             stmts.append(None)
     head = ("(rt_program *p)\n{\n    const double *const restrict v = p->vals; "
             "double *const restrict t = p->adj;\n"
             "    const int32_t *const ints = p->ints;\n    int st = RT_OK;\n"
             "    (void)v; (void)t; (void)ints; (void)st;\n")
-    nr = len(rows)
-    K = max(1, -(-nr // CHUNK))
+    bounds = _chunks(stmts, len(rows))         # no cut inside a VM run (a block)
+    K = len(bounds)
     out = []
-    for k in range(K):
-        lo, hi = k * CHUNK, min(nr, (k + 1) * CHUNK)
+    for k, (lo, hi) in enumerate(bounds):
         out.append(f"RTN_PIECE int rtn_tan_{k}{head}")
         out.extend("    " + s_ + "\n" for s_ in _vm_runs(stmts, lo, hi, "tan"))
         out.append("    return RT_OK;\n}\n")
