@@ -29,6 +29,7 @@ import numpy as np
 
 from . import ops
 from .errors import UnsupportedError
+from .instrstore import Columns
 from .isa import FLAGS_SHIFT, WORDS   # the word layout (isa.py, generated into vm.h's ABI)
 
 FORMAT_VERSION = 1
@@ -83,15 +84,16 @@ _VV_CODE = {op: OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
 
 
 class _Words:
-    """The instruction words as they are emitted, in one flat int64
-    array.array (6 words an instruction): a list of 6-tuples of Python ints
-    costs ~200 bytes an instruction, this 48 -- at a million-step tape that
-    is most of the compiler's peak memory.  append() takes the same 6-tuple
-    a list would."""
+    """The instruction words as they are emitted, in one flat int32
+    array.array (6 words an instruction, the program's own type): a list of
+    6-tuples of Python ints costs ~200 bytes an instruction, this 24 -- at a
+    million-step tape that was most of the compiler's peak memory.  append()
+    takes the same 6-tuple a list would; a word beyond 32 bits raises
+    OverflowError (compile_tape: the tape is too large)."""
     __slots__ = ("_a", "append")
 
     def __init__(self):
-        self._a = array.array("q")
+        self._a = array.array("i")
         # append(word) is the array's own extend: no Python frame per instruction
         self.append = self._a.extend
 
@@ -99,8 +101,8 @@ class _Words:
         return len(self._a) // WORDS
 
     def to_numpy(self):
-        return np.frombuffer(self._a, dtype=np.int64).reshape(-1, WORDS) if self._a \
-            else np.zeros((0, WORDS), dtype=np.int64)
+        return np.frombuffer(self._a, dtype=np.int32).reshape(-1, WORDS) if self._a \
+            else np.zeros((0, WORDS), dtype=np.int32)
 
 
 _ARGS = itemgetter(2)
@@ -122,13 +124,18 @@ def _lib():
 
 
 def _columns(instrs):
-    """The tape's instructions as columns: out, nargs, args (flat), diff."""
+    """The tape's instructions as columns: out, nargs, args (flat), diff --
+    the compact store's own arrays (instrstore.Columns), or read off a list."""
     n = len(instrs)
-    out = np.fromiter(map(_OUTS, instrs), np.int64, n)
-    nargs = np.fromiter(map(len, map(_ARGS, instrs)), np.int32, n)
-    args = np.fromiter(itertools.chain.from_iterable(map(_ARGS, instrs)), np.int64,
-                       int(nargs.sum()))
-    diff = np.fromiter(map(_DIFF, map(_OPS, instrs)), np.uint8, n)
+    if isinstance(instrs, Columns):
+        out, nargs, args, op_list = instrs.columns()
+    else:
+        out = np.fromiter(map(_OUTS, instrs), np.int64, n)
+        nargs = np.fromiter(map(len, map(_ARGS, instrs)), np.int32, n)
+        args = np.fromiter(itertools.chain.from_iterable(map(_ARGS, instrs)), np.int64,
+                           int(nargs.sum()))
+        op_list = map(_OPS, instrs)
+    diff = np.fromiter(map(_DIFF, op_list), np.uint8, n)
     return out, nargs, args, diff
 
 
@@ -229,7 +236,11 @@ class _Lowering:
         flow = _flow_c if _lib() is not None else _flow_py
         flow(instrs, n_nodes, self.guards_on, dep, adj, live, keep, uses)
         self.roots = roots
-        self.kept = list(itertools.compress(instrs, keep))
+        # the kept instructions: a list of the tape's own tuples, or a lazy
+        # view of a compact tape's columns (no tuple list of a million)
+        self.kept = (instrs.select(keep) if isinstance(instrs, Columns)
+                     else list(itertools.compress(instrs, keep)))
+        self._keep = keep
         self.dep, self.adj, self.inputs = dep, adj, inputs
         self._use_counts = uses
 
@@ -238,7 +249,11 @@ class _Lowering:
         """The operands of kept instructions that do not depend on an input,
         each once, in order of first use (the constant section's order)."""
         dep = self.dep
-        flat = np.fromiter(itertools.chain.from_iterable(map(_ARGS, self.kept)), np.int64)
+        if isinstance(self.kept, list):
+            flat = np.fromiter(itertools.chain.from_iterable(map(_ARGS, self.kept)), np.int64)
+        else:
+            _, nargs, args, _ = self.tape.instructions.columns()
+            flat = args[np.repeat(np.frombuffer(self._keep, np.uint8).astype(bool), nargs)]
         if not flat.size:
             return []
         flat = flat[np.frombuffer(dep, np.uint8)[flat] == 0]
@@ -246,9 +261,9 @@ class _Lowering:
         return nodes[np.argsort(first, kind="stable")].tolist()
 
     def layout(self):
-        # node id -> arena offset, -1 until placed: an int64 array, not a dict
-        # (8 bytes a node instead of ~90)
-        self.offset = array.array("q", [-1]) * len(self.vals)
+        # node id -> arena offset, -1 until placed: an int32 array, not a dict
+        # (4 bytes a node instead of ~90; past 2^31 OverflowError: too large)
+        self.offset = array.array("i", [-1]) * len(self.vals)
         off = 0
         self.input_layout = []
         for nid in self.tape.input_ids:
@@ -274,7 +289,10 @@ class _Lowering:
 
     def _const(self, v):
         if type(v) is float:
-            key = (v, math.copysign(1.0, v) < 0.0) if v == v else None   # 0.0 and -0.0 apart
+            # 0.0 and -0.0 apart; other floats key themselves (no tuple a constant)
+            key = v if v != 0.0 else (v, math.copysign(1.0, v) < 0.0)
+            if v != v:
+                key = None
             if key is not None and key in self.scalar_consts:
                 return self.scalar_consts[key]
             off = self.const_base + len(self.const_vals)
@@ -359,6 +377,11 @@ class _Lowering:
             return i
 
         for k, (op, out, args, params) in enumerate(kept):
+            if not k & 4095 and producer:
+                # every fusion looks at most 8 instructions back: older
+                # producers are dropped (a million-entry dict otherwise)
+                for t in [t for t, i in producer.items() if i < k - 8]:
+                    del producer[t]
             if op is _SUM:
                 self._sum_of_sqdiff(k, args[0], producer, inner_of, outer_of)
                 continue
@@ -520,13 +543,14 @@ class _Lowering:
         Forward adds in the recorded order with the recorded roundings."""
         kept, vals, adj, roots = self.kept, self.vals, self.adj, self.roots
         uses = self._uses()
-        owned = bytearray(len(vals))      # node -> 1: a scalar result with its own slot
-        for k, (op, out, args, params) in enumerate(kept):
-            if op.family not in _ALIASING and type(vals[out]) is float and k not in inner:
-                owned[out] = 1
+        # node -> 1: a scalar result with its own slot; marked as the loop
+        # goes (an operand is always an earlier instruction's result: SSA)
+        owned = bytearray(len(vals))
         sole = lambda t: owned[t] and uses[t] == 1
         open_chains, absorbed, chains = {}, set(), {}
         for k, (op, out, args, params) in enumerate(kept):
+            if op.family not in _ALIASING and k not in inner and type(vals[out]) is float:
+                owned[out] = 1
             if ((op is not _ADD and op is not _SUB) or type(vals[out]) is not float
                     or k in inner or k in outer):
                 continue
@@ -806,6 +830,8 @@ def compile_tape(tape, guards=True, n_grad=None):
         low.layout()
         low.lower()
         return low.program()
+    except OverflowError:     # an offset or word past int32 (_Words, the offset array)
+        raise UnsupportedError("the tape is too large for 32-bit offsets") from None
     finally:
         if was:
             gc.enable()
