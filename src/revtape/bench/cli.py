@@ -344,6 +344,10 @@ class Bench:
             extra["memory"] = mem
             extra["record_ns_per_tape_instruction"] = rec.record_s * 1e9 / n_tape
             extra["compile_ns_per_tape_instruction"] = rec.compile_s * 1e9 / n_tape
+            for what in ("record", "compile"):
+                cpu = getattr(rec, f"{what}_cpu_s")
+                if cpu is not None:
+                    extra[f"{what}_cpu_ns_per_tape_instruction"] = cpu * 1e9 / n_tape
             if rec.peak_rss_bytes is not None:
                 extra["peak_rss_bytes_per_tape_instruction"] = rec.peak_rss_bytes / n_tape
             for name in ("revtape", "revtape-bind"):
@@ -605,6 +609,11 @@ def _title(e, short=False):
     return f"{e['name']} ({size})" if size else e["name"]
 
 
+def _cpu_of(extra, what):
+    cpu = extra.get(f"{what}_cpu_ns_per_tape_instruction")
+    return "" if cpu is None else f" (CPU {cpu / 1e3:.1f})"
+
+
 def format_table(result) -> str:
     out = []
     m = result["meta"]
@@ -660,8 +669,9 @@ def format_table(result) -> str:
                  f"{mem['bytes_per_tape_instruction']:.0f} B/tape instr "
                  f"(words {mem['code_bytes']}, ints {mem['ints_bytes']}, arenas "
                  f"{mem['arena_bytes']}, consts {mem['consts_bytes']}); record "
-                 f"{ex['record_ns_per_tape_instruction'] / 1e3:.1f} us, compile "
-                 f"{ex['compile_ns_per_tape_instruction'] / 1e3:.1f} us")
+                 f"{ex['record_ns_per_tape_instruction'] / 1e3:.1f} us"
+                 + _cpu_of(ex, "record") + ", compile "
+                 f"{ex['compile_ns_per_tape_instruction'] / 1e3:.1f} us" + _cpu_of(ex, "compile"))
             if "peak_rss_bytes_per_tape_instruction" in ex:
                 s += (f", peak RSS of record+compile "
                       f"{ex['peak_rss_bytes_per_tape_instruction']:.0f} B")
