@@ -390,6 +390,8 @@ class _Lowering:
                 continue
             if op is _ADD:
                 for t in args:
+                    if t not in producer:     # (what fusable finds first; no call)
+                        continue
                     i = fusable(t, k, _MUL)
                     if i is not None:
                         inner_of[i], outer_of[k] = k, ("AXPY", i, t)
