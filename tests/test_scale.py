@@ -223,7 +223,7 @@ def test_hessian_of_a_tape_in_columns(columns):
     h = rt.HessianTape(f, x)
     assert isinstance(h.instructions, Columns)
     H = h.hessian(x)
-    tape_mod.COMPACT_AT = 1 << 15          # (monkeypatch restores it)
+    tape_mod.COMPACT_AT = 1 << 17          # (monkeypatch restores it)
     h0 = rt.HessianTape(f, x)
     assert isinstance(h0.instructions, list)
     np.testing.assert_array_equal(H, h0.hessian(x))

@@ -36,22 +36,20 @@ class Columns:
         if instrs:
             self.extend(instrs)
 
-    def extend(self, instrs, chunk=1 << 14):
+    def extend(self, instrs):
         """Move the (op, out, args, params) tuples of list `instrs` to the end
         of the columns and empty the list (in place: the recording fast path
-        holds it), `chunk` at a time, freeing the tuples as it goes."""
-        n = len(instrs)
-        for lo in range(0, n, chunk):
-            part = instrs[lo:lo + chunk]
-            instrs[lo:lo + len(part)] = itertools.repeat(None, len(part))
-            ops, outs, argss, params = zip(*part)
-            del part
-            self.ops.extend(ops)
-            self.outs.extend(outs)
-            self.params.extend(params)
-            self.nargs.extend(map(len, argss))
-            self.args.extend(itertools.chain.from_iterable(argss))
+        holds it).  The tape calls this every COMPACT_CHUNK nodes, so the
+        list is short and its tuples die here rather than with the tape."""
+        if not instrs:
+            return
+        ops, outs, argss, params = zip(*instrs)
         instrs.clear()
+        self.ops.extend(ops)
+        self.outs.extend(outs)
+        self.params.extend(params)
+        self.nargs.extend(map(len, argss))
+        self.args.extend(itertools.chain.from_iterable(argss))
         self._starts = None
 
     # ------------------------------------------------ the sequence

@@ -33,7 +33,9 @@ _NO_PARAMS = {}  # shared, never mutated
 # ~45 bytes an instruction instead of ~190.  Shorter tapes keep their list of
 # tuples, which the replays walk fastest (and the recording fast path pays
 # one integer comparison).  Tests lower both to run everything on columns.
-COMPACT_AT = 1 << 15
+# Below 2^17 nodes (~15 MB of tuples) the list stays: the compiler's passes
+# walk a list faster than columns, and the memory is small.
+COMPACT_AT = 1 << 17
 COMPACT_CHUNK = 1 << 15
 
 
