@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "381588c8c9e3e9eb"
+#define RT_OP_TABLE_HASH "710a4b8961a1245f"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -253,6 +253,18 @@
     X(EIGH) \
     X(CUMSUM) \
     X(CUMPROD)
+
+/* Their lengths in N, M (the ints record's first words; rows' ops.Linalg):
+ * X(NAME, a, b (-1: none), out, scratch, M must equal N, largest flags word) */
+#define RT_LINALG_LENGTHS(X) \
+    X(CHOLESKY, (N * N), (-1), (N * N), (N * N), 1, 0) \
+    X(TRISOLVE, (N * N), (N * M), (N * M), (N * M), 0, 7) \
+    X(SOLVE, (N * N), (N * M), (N * M), (N * N + N + N * M), 0, 0) \
+    X(INV, (N * N), (-1), (N * N), (2 * N * N + N), 1, 0) \
+    X(SLOGDET, (N * N), (-1), (2), (2 * N * N + N), 1, 0) \
+    X(EIGH, (N * N), (-1), (N + N * N), (3 * N * N), 1, 0) \
+    X(CUMSUM, (N * M), (-1), (N * M), (0), 0, 0) \
+    X(CUMPROD, (N * M), (-1), (N * M), (0), 0, 0)
 
 /* Branch guards: X(NAME, predicate in x y) */
 #define RT_GUARDS(X) \

@@ -56,6 +56,13 @@ def render():
         "#define RT_LINALG(X) \\",
         _x([f"X({o.name.upper()})" for o in fam(ops.LINALG)]),
         "",
+        "/* Their lengths in N, M (the ints record's first words; rows' ops.Linalg):",
+        " * X(NAME, a, b (-1: none), out, scratch, M must equal N, largest flags word) */",
+        "#define RT_LINALG_LENGTHS(X) \\",
+        _x([f"X({o.name.upper()}, ({o.linalg.a}), ({o.linalg.b or -1}), ({o.linalg.out}), "
+            f"({o.linalg.scratch or 0}), {int(o.linalg.square)}, {o.linalg.flags})"
+            for o in fam(ops.LINALG)]),
+        "",
         "/* Branch guards: X(NAME, predicate in x y) */",
         "#define RT_GUARDS(X) \\",
         _x([f"X({p.upper()}, (x {sym} y))" for p, (sym, _) in ops.GUARD_PREDICATES.items()]),
