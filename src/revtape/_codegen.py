@@ -132,6 +132,10 @@ def _isa_lines():
         "#define RT_CHECKED(X) \\",
         _x([f"X({i.name})" for i in isa.BY_OPCODE if i.kernel == "checked"]),
         "",
+        "/* Instructions a BLOCK may hold (isa.Instr.blockable): X(NAME) */",
+        "#define RT_BLOCKABLE(X) \\",
+        _x([f"X({i.name})" for i in isa.BY_OPCODE if i.blockable]),
+        "",
         "/* Own verify functions: X(NAME, rt_verify_ suffix) */",
         "#define RT_VERIFY(X) \\",
         _x([f"X({i.name}, {'LINALG' if i.kernel == 'linalg' else i.name})"

@@ -230,6 +230,10 @@ class CompiledTape:
                 lines.append(f"{k:5d}  {name} @{a}, @{b} expect {bool(n)}   ; "
                              f"{params['where'][0]}:{params['where'][1]}")
                 continue
+            if ins.fmt == "block":          # tiled elementwise run (csrc/instr/block.h)
+                lines.append(f"{k:5d}  {name} {out} instructions x {n} elements, tile {a}"
+                             + (f", scratch @{b} mask {c:b}" if c else ""))
+                continue
             operands = self._operands(ins, n, a, b, c)
             adj = f"  adj {flags:03b}" if flags else ""
             width = 1 if ins.out == "1" else n   # CSUM's n counts terms, SSD's elements

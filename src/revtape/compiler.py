@@ -22,12 +22,12 @@ import array
 import gc
 import itertools
 import math
-from operator import attrgetter, itemgetter
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from . import ops
+from . import blocks, ops
 from .errors import UnsupportedError
 from .instrstore import Columns
 from .isa import FLAGS_SHIFT, WORDS   # the word layout (isa.py, generated into vm.h's ABI)
@@ -839,9 +839,11 @@ def compile_tape(tape, guards=True, n_grad=None):
         low.analyse()
         low.layout()
         low.lower()
-        return low.program()
+        prog = low.program()
     except OverflowError:     # an offset or word past int32 (_Words, the offset array)
         raise UnsupportedError("the tape is too large for 32-bit offsets") from None
     finally:
         if was:
             gc.enable()
+    # tiled elementwise runs (src/revtape/blocks.py); REVTAPE_BLOCKS=0: none
+    return blocks.apply(prog) if blocks.enabled() else prog

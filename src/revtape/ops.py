@@ -1049,7 +1049,10 @@ VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDI
              "SSD",
              # GATHER_IDX = a[(int)v[c+k]]: a gather whose indices are data
              # (minibatch indices drawn afresh per replay; csrc/instr/index.h)
-             "GATHER_IDX")
+             "GATHER_IDX",
+             # BLOCK ... ENDBLOCK: the instructions between them run tile by
+             # tile (csrc/instr/block.h; formed by src/revtape/blocks.py)
+             "BLOCK", "ENDBLOCK")
 
 
 def _vm_opcodes():
