@@ -13,8 +13,8 @@ import re
 from cffi import FFI
 
 CSRC = pathlib.Path(__file__).resolve().parents[2] / "csrc"
-HEADERS = ["vm.h"]
-SOURCES = ["vm.c", "kernels.c", "specfun.c", "linalg.c", "batch.c"]
+HEADERS = ["vm.h", "tapeflow.h"]
+SOURCES = ["vm.c", "kernels.c", "specfun.c", "linalg.c", "batch.c", "tapeflow.c"]
 
 
 def _cdef_from_header(text):

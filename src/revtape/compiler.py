@@ -19,15 +19,17 @@ Arena layout: [inputs | constants | intermediates], see csrc/vm.h.
 """
 
 import array
+import gc
+import itertools
 import math
-from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from . import ops
+from . import blocks, ops
 from .errors import UnsupportedError
-from . import blocks
+from .instrstore import Columns
 from .isa import FLAGS_SHIFT, WORDS   # the word layout (isa.py, generated into vm.h's ABI)
 
 FORMAT_VERSION = 1
@@ -87,25 +89,94 @@ _VV_CODE = {op: OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
 
 
 class _Words:
-    """The instruction words as they are emitted, in one flat int64
-    array.array (6 words an instruction): a list of 6-tuples of Python ints
-    costs ~200 bytes an instruction, this 48 -- at a million-step tape that
-    is most of the compiler's peak memory.  append() takes the same 6-tuple
-    a list would."""
-    __slots__ = ("_a",)
+    """The instruction words as they are emitted, in one flat int32
+    array.array (6 words an instruction, the program's own type): a list of
+    6-tuples of Python ints costs ~200 bytes an instruction, this 24 -- at a
+    million-step tape that was most of the compiler's peak memory.  append()
+    takes the same 6-tuple a list would; a word beyond 32 bits raises
+    OverflowError (compile_tape: the tape is too large)."""
+    __slots__ = ("_a", "append")
 
     def __init__(self):
-        self._a = array.array("q")
-
-    def append(self, word):
-        self._a.extend(word)
+        self._a = array.array("i")
+        # append(word) is the array's own extend: no Python frame per instruction
+        self.append = self._a.extend
 
     def __len__(self):
         return len(self._a) // WORDS
 
     def to_numpy(self):
-        return np.frombuffer(self._a, dtype=np.int64).reshape(-1, WORDS) if self._a \
-            else np.zeros((0, WORDS), dtype=np.int64)
+        return np.frombuffer(self._a, dtype=np.int32).reshape(-1, WORDS) if self._a \
+            else np.zeros((0, WORDS), dtype=np.int32)
+
+
+_ARGS = itemgetter(2)
+_OUTS = itemgetter(1)
+_DIFF = attrgetter("diff")
+_OPS = itemgetter(0)
+_LIB = []
+
+
+def _lib():
+    """The C extension's lib, or None without a build (then _flow_py runs)."""
+    if not _LIB:
+        try:
+            from ._vm import ffi, lib
+            _LIB.append((ffi, lib))
+        except ImportError:        # pragma: no cover - the tests run with the extension
+            _LIB.append(None)
+    return _LIB[0]
+
+
+def _columns(instrs):
+    """The tape's instructions as columns: out, nargs, args (flat), diff --
+    the compact store's own arrays (instrstore.Columns), or read off a list."""
+    n = len(instrs)
+    if isinstance(instrs, Columns):
+        out, nargs, args, op_list = instrs.columns()
+    else:
+        out = np.fromiter(map(_OUTS, instrs), np.int64, n)
+        nargs = np.fromiter(map(len, map(_ARGS, instrs)), np.int32, n)
+        args = np.fromiter(itertools.chain.from_iterable(map(_ARGS, instrs)), np.int64,
+                           int(nargs.sum()))
+        op_list = map(_OPS, instrs)
+    diff = np.fromiter(map(_DIFF, op_list), np.uint8, n)
+    return out, nargs, args, diff
+
+
+def _flow_c(instrs, n_nodes, guards_on, dep, adj, live, keep, uses):
+    ffi, lib = _lib()
+    out, nargs, args, diff = _columns(instrs)
+    # the C pass indexes the flag arrays by node id: ids out of range would
+    # write past them, so they are refused here (a tape never records one)
+    if (args.size and (args.min() < 0 or args.max() >= n_nodes)) or (
+            out.size and out.max() >= n_nodes):
+        raise UnsupportedError("the tape refers to a node it does not hold")
+    buf = ffi.from_buffer
+    lib.rt_tape_flow(len(instrs), buf("int64_t[]", out), buf("int32_t[]", nargs),
+                     buf("int64_t[]", args), buf("uint8_t[]", diff), int(bool(guards_on)),
+                     buf("uint8_t[]", dep), buf("uint8_t[]", adj), buf("uint8_t[]", live),
+                     buf("uint8_t[]", keep), buf("int32_t[]", uses))
+
+
+def _flow_py(instrs, n_nodes, guards_on, dep, adj, live, keep, uses):
+    """csrc/tapeflow.c's pass, in Python (same inputs and outputs)."""
+    for op, out, args, params in instrs:
+        if out >= 0 and any(dep[a] for a in args):
+            dep[out] = 1
+            if op.diff and any(adj[a] for a in args):
+                adj[out] = 1
+    for i in range(len(instrs) - 1, -1, -1):
+        op, out, args, params = instrs[i]
+        if out < 0:
+            k = guards_on and any(dep[a] for a in args)
+        else:
+            k = live[out] and dep[out]
+        if k:
+            keep[i] = 1
+            for a in args:
+                live[a] = 1
+                uses[a] += 1
 
 
 def _size(shape):
@@ -131,8 +202,8 @@ class _Lowering:
         self.ints = []
         self.const_vals = []
         self.scalar_consts = {}
-        self.offset = {}        # node id -> arena offset (consts are offset into the const list first)
-        self.adj = set()        # node ids that carry an adjoint
+        self.offset = None      # node id -> arena offset (layout)
+        self.adj = None         # node id -> 1 if it carries an adjoint (analyse)
         self.guard_list = []
         self.callbacks = []
         self._use_counts = None
@@ -141,43 +212,63 @@ class _Lowering:
 
     # ------------------------------------------------ analysis
     def analyse(self):
+        """Which nodes depend on an input (dep), which carry an adjoint (adj),
+        which instructions are kept (kept), how often each node is read by
+        them (uses).  dep/adj are bytearrays and uses an int32 array, indexed
+        by node id: at a million-step tape sets and Counters of node ids were
+        ~180 bytes an instruction, these 6.  The pass itself runs in C
+        (csrc/tapeflow.c) on the tape's columns; _flow_py is the same pass in
+        Python, for a build without the extension."""
         tape = self.tape
+        instrs = tape.instructions
         inputs = list(tape.input_ids)
-        dep = set(inputs)                          # depends on an input: recomputed per replay
-        adj = set(inputs[:self.n_grad])            # leads back to a differentiated input
-        # isdisjoint: the membership tests run in C (a generator expression
-        # per instruction cost more than everything else in this loop)
-        dep_free, adj_free = dep.isdisjoint, adj.isdisjoint
-        for op, out, args, params in tape.instructions:
-            if out >= 0 and not dep_free(args):
-                dep.add(out)
-                if op.diff and not adj_free(args):
-                    adj.add(out)
+        n_nodes = len(self.vals)
+        dep, adj, live = bytearray(n_nodes), bytearray(n_nodes), bytearray(n_nodes)
+        for i in inputs:
+            dep[i] = 1
+        for i in inputs[:self.n_grad]:
+            adj[i] = 1
         roots = {tape.output_id}
         if getattr(tape, "_value_id", None) is not None:
             roots.add(tape._value_id)
         # extra outputs (rt.grad's has_aux values): kept, with their own slots,
         # so every replay leaves this replay's values in the arena
         roots.update(getattr(tape, "_extra_ids", ()))
+        for r in roots:
+            live[r] = 1
+        keep = bytearray(len(instrs))
+        uses = array.array("i", bytes(4 * n_nodes))
+        flow = _flow_c if _lib() is not None else _flow_py
+        flow(instrs, n_nodes, self.guards_on, dep, adj, live, keep, uses)
         self.roots = roots
-        live = set(roots)
-        kept = []
-        live_update, guards_on = live.update, self.guards_on
-        for instr in reversed(tape.instructions):
-            op, out, args, params = instr
-            if op is _GUARD:
-                if not guards_on or dep_free(args):
-                    continue                        # a guard on constants never changes
-                kept.append(instr)
-                live_update(args)
-            elif out in live and out in dep:
-                kept.append(instr)
-                live_update(args)
-        kept.reverse()
-        self.dep, self.adj, self.kept, self.inputs = dep, adj, kept, inputs
+        # the kept instructions: a list of the tape's own tuples, or a lazy
+        # view of a compact tape's columns (no tuple list of a million)
+        self.kept = (instrs.select(keep) if isinstance(instrs, Columns)
+                     else list(itertools.compress(instrs, keep)))
+        self._keep = keep
+        self.dep, self.adj, self.inputs = dep, adj, inputs
+        self._use_counts = uses
 
     # ------------------------------------------------ layout
+    def _const_operands(self):
+        """The operands of kept instructions that do not depend on an input,
+        each once, in order of first use (the constant section's order)."""
+        dep = self.dep
+        if isinstance(self.kept, list):
+            flat = np.fromiter(itertools.chain.from_iterable(map(_ARGS, self.kept)), np.int64)
+        else:
+            _, nargs, args, _ = self.tape.instructions.columns()
+            flat = args[np.repeat(np.frombuffer(self._keep, np.uint8).astype(bool), nargs)]
+        if not flat.size:
+            return []
+        flat = flat[np.frombuffer(dep, np.uint8)[flat] == 0]
+        nodes, first = np.unique(flat, return_index=True)
+        return nodes[np.argsort(first, kind="stable")].tolist()
+
     def layout(self):
+        # node id -> arena offset, -1 until placed: an int32 array, not a dict
+        # (4 bytes a node instead of ~90; past 2^31 OverflowError: too large)
+        self.offset = array.array("i", [-1]) * len(self.vals)
         off = 0
         self.input_layout = []
         for nid in self.tape.input_ids:
@@ -190,20 +281,23 @@ class _Lowering:
         # constants: every non-input operand that does not depend on an input
         # (recorded values: constant folding), placed before intermediates.
         self.const_base = off
-        for op, out, args, params in self.kept:
-            for a in args:
-                if a not in self.dep and a not in self.offset:
-                    self.offset[a] = self._const(self.vals[a])
+        offset, dep, vals = self.offset, self.dep, self.vals
+        for a in self._const_operands():
+            if offset[a] < 0:
+                offset[a] = self._const(vals[a])
         for r in (self.tape.output_id, getattr(self.tape, "_value_id", None),
                   *getattr(self.tape, "_extra_ids", ())):
-            if r is not None and r not in self.dep and r not in self.offset:
-                self.offset[r] = self._const(self.vals[r])
+            if r is not None and not dep[r] and offset[r] < 0:
+                offset[r] = self._const(vals[r])
         self.n_fixed = self.const_base + len(self.const_vals)
         self.next_free = self.n_fixed
 
     def _const(self, v):
         if type(v) is float:
-            key = (v, math.copysign(1.0, v) < 0.0) if v == v else None   # 0.0 and -0.0 apart
+            # 0.0 and -0.0 apart; other floats key themselves (no tuple a constant)
+            key = v if v != 0.0 else (v, math.copysign(1.0, v) < 0.0)
+            if v != v:
+                key = None
             if key is not None and key in self.scalar_consts:
                 return self.scalar_consts[key]
             off = self.const_base + len(self.const_vals)
@@ -245,12 +339,10 @@ class _Lowering:
             return self.offset[node]
         src = np.arange(_size(s)).reshape(s)
         idx = np.broadcast_to(src, shape)
-        return self.gather(self.offset[node], _size(s), idx, node in self.adj)
+        return self.gather(self.offset[node], _size(s), idx, self.adj[node])
 
     def _uses(self):
-        """{node: how many operands of kept instructions (guards included) it is}"""
-        if self._use_counts is None:
-            self._use_counts = Counter(a for instr in self.kept for a in instr[2])
+        """node -> how many operands of kept instructions (guards included) it is"""
         return self._use_counts
 
     def fusions(self):
@@ -279,7 +371,7 @@ class _Lowering:
 
         def fusable(t, k, want):
             i = producer.get(t)
-            if (i is None or kept[i][0] is not want or uses.get(t) != 1 or t in self.roots
+            if (i is None or kept[i][0] is not want or uses[t] != 1 or t in self.roots
                     or k - i > 8 or i in inner_of):
                 return None
             if k - i > 1:                     # (adjacent: nothing in between to check)
@@ -289,6 +381,11 @@ class _Lowering:
             return i
 
         for k, (op, out, args, params) in enumerate(kept):
+            if not k & 4095 and producer:
+                # every fusion looks at most 8 instructions back: older
+                # producers are dropped (a million-entry dict otherwise)
+                for t in [t for t, i in producer.items() if i < k - 8]:
+                    del producer[t]
             if op is _SUM:
                 self._sum_of_sqdiff(k, args[0], producer, inner_of, outer_of)
                 continue
@@ -297,6 +394,8 @@ class _Lowering:
                 continue
             if op is _ADD:
                 for t in args:
+                    if t not in producer:     # (what fusable finds first; no call)
+                        continue
                     i = fusable(t, k, _MUL)
                     if i is not None:
                         inner_of[i], outer_of[k] = k, ("AXPY", i, t)
@@ -358,10 +457,10 @@ class _Lowering:
                 s_, v_ = (x, y) if _size(_shp(vals[x])) == 1 else (y, x)
                 if _size(_shp(vals[s_])) != 1 or not same(v_):
                     continue
-                carried = [self._region(a) for a in (other, v_) if a in adj]
+                carried = [self._region(a) for a in (other, v_) if adj[a]]
                 if len(carried) == 2 and carried[0] != carried[1] and _overlap(*carried):
                     continue
-                if s_ in adj and any(_overlap(self._region(s_), r) for r in carried):
+                if adj[s_] and any(_overlap(self._region(s_), r) for r in carried):
                     continue
                 i = fusable(t, k, _MUL)
                 if i is not None:
@@ -388,7 +487,7 @@ class _Lowering:
         k = producer.get(sq)
         kept, vals = self.kept, self.vals
         if (k is None or outer_of.get(k, ("",))[0] != "SQDIFF" or k in inner_of
-                or self._uses().get(sq) != 1 or sq in self.roots or m - k > 8):
+                or self._uses()[sq] != 1 or sq in self.roots or m - k > 8):
             return
         axis = kept[m][3].get("axis")
         nd = len(_shp(vals[sq]))
@@ -417,7 +516,7 @@ class _Lowering:
         are added in the same loop)."""
         j = producer.get(u)
         kept, uses = self.kept, self._uses()
-        if (j is None or kept[j][0] is not _TAKE or uses.get(u) != 1 or u in self.roots
+        if (j is None or kept[j][0] is not _TAKE or uses[u] != 1 or u in self.roots
                 or k - j > 8 or j in inner_of or not _size(_shp(self.vals[u]))):
             return
         src = self._region(kept[j][2][0])
@@ -447,11 +546,14 @@ class _Lowering:
         Forward adds in the recorded order with the recorded roundings."""
         kept, vals, adj, roots = self.kept, self.vals, self.adj, self.roots
         uses = self._uses()
-        owned = {out for k, (op, out, args, params) in enumerate(kept)
-                 if op.family not in _ALIASING and type(vals[out]) is float and k not in inner}
-        sole = lambda t: t in owned and uses.get(t) == 1
+        # node -> 1: a scalar result with its own slot; marked as the loop
+        # goes (an operand is always an earlier instruction's result: SSA)
+        owned = bytearray(len(vals))
+        sole = lambda t: owned[t] and uses[t] == 1
         open_chains, absorbed, chains = {}, set(), {}
         for k, (op, out, args, params) in enumerate(kept):
+            if op.family not in _ALIASING and k not in inner and type(vals[out]) is float:
+                owned[out] = 1
             if ((op is not _ADD and op is not _SUB) or type(vals[out]) is not float
                     or k in inner or k in outer):
                 continue
@@ -459,7 +561,7 @@ class _Lowering:
             sign = 1 if op is _ADD else -1
             link = None
             for p, t in ((a, b), (b, a)) if op is _ADD else ((a, b),):
-                if p in open_chains and uses.get(p) == 1 and p not in roots and sole(t) and t in adj:
+                if p in open_chains and uses[p] == 1 and p not in roots and sole(t) and adj[t]:
                     link = p, t
                     break
             if link is not None:
@@ -469,7 +571,7 @@ class _Lowering:
                 open_chains[out] = (k, start, terms)
                 continue
             for start, t in ((a, b), (b, a)) if op is _ADD else ((a, b),):
-                if sole(t) and t in adj and (start not in adj or sole(start)):
+                if sole(t) and adj[t] and (not adj[start] or sole(start)):
                     open_chains[out] = (k, start, [(t, sign)])
                     break
         for k, start, terms in open_chains.values():
@@ -505,11 +607,11 @@ class _Lowering:
                 diff = op.diff
                 if len(args) == 1:
                     a = args[0]
-                    words.append((_UNARY_CODE[op] | ((diff and a in adj) << FLAGS_SHIFT), 1, o,
+                    words.append((_UNARY_CODE[op] | ((diff and adj[a]) << FLAGS_SHIFT), 1, o,
                                   offset[a], 0, 0))
                 else:
                     a, b = args
-                    flags = (diff and a in adj) | ((diff and b in adj) << 1)
+                    flags = (diff and adj[a]) | ((diff and adj[b]) << 1)
                     words.append((_VV_CODE[op] | (flags << FLAGS_SHIFT), 1, o, offset[a],
                                   offset[b], 0))
             elif op is _GUARD:
@@ -524,7 +626,7 @@ class _Lowering:
         x, y = self.kept[sub][2]
         o = self._alloc(1)
         offset[out] = o
-        self.words.append((OPC["SSD"] | (((x in adj) | ((y in adj) << 1)) << FLAGS_SHIFT),
+        self.words.append((OPC["SSD"] | ((adj[x] | (adj[y] << 1)) << FLAGS_SHIFT),
                            _size(_shp(vals[x])), o, offset[x], offset[y], 0))
 
     def _lower_csum(self, out, start, terms):
@@ -534,7 +636,7 @@ class _Lowering:
         self.next_free = o + 1
         offset[out] = o
         c = self._ints([offset[t] if sign > 0 else ~offset[t] for t, sign in terms])
-        self.emit("CSUM", len(terms), o, offset[start], 0, c, flags=(start in self.adj) | 2)
+        self.emit("CSUM", len(terms), o, offset[start], 0, c, flags=self.adj[start] | 2)
 
     def _lower_pair(self, k, out, args, fused):
         """Instruction k fused with the one it absorbs (fused: (kind, its kept
@@ -547,7 +649,7 @@ class _Lowering:
         o = self._alloc(n)
         offset[out] = o
         if kind == "SQDIFF":
-            flags = (x in adj) | ((y in adj) << 1)
+            flags = adj[x] | (adj[y] << 1)
             words.append((OPC["SQDIFF"] | (flags << FLAGS_SHIFT), n, o, offset[x],
                           offset[y], 0))
             return
@@ -558,11 +660,11 @@ class _Lowering:
             _, _, (src,), tparams = self.kept[self.gaxpy_take[k]]
             idx = np.asarray(tparams["idx"]).ravel()
             rec = self._ints(np.concatenate([[offset[y], _size(_shp(vals[src]))], idx]))
-            flags = (src in adj) | ((x in adj) << 1) | ((y in adj) << 2)
+            flags = adj[src] | (adj[x] << 1) | (adj[y] << 2)
             words.append((OPC["GAXPY"] | (flags << FLAGS_SHIFT), n, o, offset[src],
                           offset[x], rec))
             return
-        flags = (other in adj) | ((x in adj) << 1) | ((y in adj) << 2)
+        flags = adj[other] | (adj[x] << 1) | (adj[y] << 2)
         words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), n, o, offset[other],
                       offset[x], offset[y]))
 
@@ -572,7 +674,7 @@ class _Lowering:
         row gets its output slots and is emitted by its entry in _LOWER."""
         oshape = _shp(self.vals[out])
         n = _size(oshape)
-        flag = [(a in self.adj) and op.diff for a in args]
+        flag = [self.adj[a] and op.diff for a in args]
         if op in _VIEWS:
             self.offset[out] = self.offset[args[0]] + op.view(params)[0]
             return
@@ -727,10 +829,21 @@ _LOWER = {
 def compile_tape(tape, guards=True, n_grad=None):
     """Lower a finished tape to a Program."""
     tape._check_finished()
-    low = _Lowering(tape, guards, n_grad)
-    low.analyse()
-    low.layout()
-    low.lower()
-    prog = low.program()
+    # The lowering allocates containers and frees none until it ends, so the
+    # cyclic collector would walk the growing structures (and the tape's
+    # millions of tuples) again and again; nothing here makes a cycle.
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        low = _Lowering(tape, guards, n_grad)
+        low.analyse()
+        low.layout()
+        low.lower()
+        prog = low.program()
+    except OverflowError:     # an offset or word past int32 (_Words, the offset array)
+        raise UnsupportedError("the tape is too large for 32-bit offsets") from None
+    finally:
+        if was:
+            gc.enable()
     # tiled elementwise runs (src/revtape/blocks.py); REVTAPE_BLOCKS=0: none
     return blocks.apply(prog) if blocks.enabled() else prog

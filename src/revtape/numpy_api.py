@@ -546,7 +546,7 @@ _MASK_OPS = ops.MASK_OPS     # rows with mask=True: comparisons and logical_*
 
 def _producer(t):
     """The op that computed tracked value t on its tape (None for inputs/constants)."""
-    for instr in reversed(t._tape._instrs):
+    for instr in reversed(t._tape.instructions):   # (all of them, columns included)
         if instr[1] == t._id:
             return instr[0]
     return None
@@ -579,10 +579,10 @@ def _guard_all(mask, what):
     """Record that every element of the tracked 0/1 mask holds (a guard)."""
     if istracked(mask) and bool(np.size(_value_of(mask))):
         tape = mask._tape
-        n = len(tape._instrs)
+        n = len(tape)
         bool(reduce("all", mask))          # bool() of a tracked value records the guard
-        if len(tape._instrs) > n and tape._instrs[-1][1] == -1:
-            tape._instrs[-1][3]["what"] = what
+        if len(tape) > n and tape.instructions[-1][1] == -1:
+            tape.instructions[-1][3]["what"] = what
 
 
 # ---------------------------------------------------------------- ufuncs

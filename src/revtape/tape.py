@@ -21,12 +21,22 @@ import numpy as np
 from . import ops
 from .errors import InputError, TapeFinishedError, TapeMixError
 from .guards import _caller, _check_guard, _Where, branch_changed, describe_where  # noqa: F401
+from .instrstore import Columns
 from .replay import Replay, backprop, record_gradient, trace_gradient, vjp_of  # noqa: F401
 from .values import (_norm, as_value, check_input, check_out, evaluate, shape_of,  # noqa: F401
                      write_out)
 
 _GUARD = ops.OPS["guard"]
 _NO_PARAMS = {}  # shared, never mutated
+# A tape that reaches COMPACT_AT nodes moves its instruction tuples into
+# columns (instrstore.py), then again every COMPACT_CHUNK nodes and at finish:
+# ~45 bytes an instruction instead of ~190.  Shorter tapes keep their list of
+# tuples, which the replays walk fastest (and the recording fast path pays
+# one integer comparison).  Tests lower both to run everything on columns.
+# Below 2^17 nodes (~15 MB of tuples) the list stays: the compiler's passes
+# walk a list faster than columns, and the memory is small.
+COMPACT_AT = 1 << 17
+COMPACT_CHUNK = 1 << 15
 
 
 class _Handles:
@@ -133,6 +143,8 @@ class Tape(Replay):
     """
 
     _treedef = None               # a pytree input's structure (pytree.py); None otherwise
+    _head = None                  # (pickles from before the columns have neither)
+    _compact_next = COMPACT_AT
 
     def __init__(self):
         self._vals = []           # node id -> value (float or float64 ndarray)
@@ -145,6 +157,19 @@ class Tape(Replay):
         self._active = None       # cache: node ids that depend on an input
         self._htape = None        # cache: the traced gradient tape for hessian()
         self._replayed_by = None  # the CompiledTape whose arena holds the last replay
+        # while a long tape records: its older instructions in columns
+        # (_instrs holds the newer tuples), compacted when len(_vals) passes
+        # _compact_next -- see COMPACT_AT
+        self._head = None
+        self._compact_next = COMPACT_AT
+
+    def _compact(self):
+        """Move the recorded tuples into the columns (the recording paths call
+        this when the node count passes _compact_next)."""
+        if self._head is None:
+            self._head = Columns()
+        self._head.extend(self._instrs)
+        self._compact_next = len(self._vals) + COMPACT_CHUNK
 
     def _new_tape(self):
         """An empty tape of this base class (the traced gradient tape of replay.py)."""
@@ -157,7 +182,11 @@ class Tape(Replay):
     def instructions(self):
         """The recorded instructions, in order: ``(op, out, args, params)`` with
         op a row of the op table, out and args node ids, params its static
-        arguments; a guard has out == -1."""
+        arguments; a guard has out == -1.  A list, or for a long tape an
+        instrstore.Columns: a read-only sequence of the same tuples."""
+        if self._head is not None:        # a long tape, still recording
+            self._compact()
+            return self._head
         return self._instrs
 
     @property
@@ -272,6 +301,8 @@ class Tape(Replay):
         nid = len(vals)
         vals.append(value)
         self._instrs.append((op, nid, ids, params or _NO_PARAMS))
+        if nid >= self._compact_next:
+            self._compact()
         return _HANDLES.wrap(self, nid, value)
 
     def _guard(self, pred, a, b, result):
@@ -305,20 +336,23 @@ class Tape(Replay):
         self._output = output
         self._recording = False
         self._scalar_consts = {}
+        if self._head is not None:
+            self._compact()
+            self._instrs, self._head = self._head, None
         return self
 
     # ------------------------------------------------ inspection
     def __len__(self):
-        return len(self._instrs)
+        return len(self._instrs) + (len(self._head) if self._head is not None else 0)
 
     def __bool__(self):  # a tape with no instructions is still a tape
         return True
 
     def listing(self, limit=None):
         lines = []
-        for k, (op, out, args, params) in enumerate(self._instrs):
+        for k, (op, out, args, params) in enumerate(self.instructions):
             if limit is not None and k >= limit:
-                lines.append(f"  ... {len(self._instrs) - limit} more")
+                lines.append(f"  ... {len(self) - limit} more")
                 break
             a = ", ".join(f"%{i}" for i in args)
             extra = ""
@@ -337,13 +371,13 @@ class Tape(Replay):
     def stats(self):
         """Instruction counts: all, guards, and calls of custom primitives (each
         calls back into Python at every replay)."""
-        pycalls = sum(1 for op, *_ in self._instrs if op.family == ops.PYCALL)
-        return {"tape_instructions": len(self._instrs), "guards": self._n_guards,
+        pycalls = sum(1 for op, *_ in self.instructions if op.family == ops.PYCALL)
+        return {"tape_instructions": len(self), "guards": self._n_guards,
                 "callback_instructions": pycalls}
 
     def __repr__(self):
         state = "recording" if self._recording else "finished"
-        head = (f"<{type(self).__name__} {state}: {len(self._instrs)} instructions, "
+        head = (f"<{type(self).__name__} {state}: {len(self)} instructions, "
                 f"inputs {[f'%{t._id}' for t in self._inputs]}"
                 + (f", output %{self._output._id}" if self._output is not None else "") + ">")
         return "\n".join([head] + self.listing(limit=50))
@@ -353,6 +387,8 @@ class Tape(Replay):
         if self._replayed_by is not None:     # the copy reports what the original does
             self._pull_replay()
         state = dict(self.__dict__)
+        if self._head is not None:            # recording: one plain list in the state
+            state["_instrs"], state["_head"] = list(self.instructions), None
         state["_inputs"] = list(self._inputs)   # strong in the state; weak again on load
         state["_outs"] = list(self._outs)
         state["_active"] = None

@@ -462,6 +462,8 @@ def _record2(op, a, b, swap):
             nid = len(vals)
             vals.append(value)
             tape._instrs.append((op, nid, (ia, ib), _NO_PARAMS))
+            if nid >= tape._compact_next:      # a long tape: into columns (tape.COMPACT_AT)
+                tape._compact()
             t = _new(TrackedReal if type(value) is float else TrackedArray)
             t._tape, t._id, t._const = tape, nid, None
             return t
@@ -486,6 +488,8 @@ def _record1(op, a, params=_NO_PARAMS):
     nid = len(vals)
     vals.append(value)
     tape._instrs.append((op, nid, (a._id,), params))
+    if nid >= tape._compact_next:
+        tape._compact()
     t = _new(TrackedReal if type(value) is float else TrackedArray)
     t._tape, t._id, t._const = tape, nid, None
     return t

@@ -163,24 +163,48 @@ class Recorded:
     ctape: Any = None
     compile_s: float | None = None
     compile_error: str | None = None
+    # growth of the peak resident set over record + compile (Linux; else None)
+    peak_rss_bytes: int | None = None
+    # this thread's CPU time (on a loaded machine the wall time above is not
+    # what recording and compiling cost)
+    record_cpu_s: float | None = None
+    compile_cpu_s: float | None = None
 
     @property
     def tape_instructions(self) -> int:
         return len(self.tape)
 
 
+def _high_water_mark(reset=False):
+    """The process's peak resident set in bytes (VmHWM), optionally reset to
+    the current one first (Linux's clear_refs); None where /proc lacks them."""
+    try:
+        if reset:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def record(wl, compile_=True) -> Recorded:
     import revtape as rt
 
-    t0 = time.perf_counter()
+    hwm0 = _high_water_mark(reset=True)
+    c0, t0 = time.thread_time(), time.perf_counter()
     tape = rt.GradientTape(wl.f, np.ascontiguousarray(wl.x0, dtype=np.float64))
     rec = Recorded(wl, tape, time.perf_counter() - t0)
+    rec.record_cpu_s = time.thread_time() - c0
     if compile_:
         ffi, lib, why = vm()
         if why is not None:
             rec.compile_error = why
         else:
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             try:
                 # the VM, pinned: under native="auto" the tape would switch to
                 # native code part-way through the timing (the native tier is
@@ -189,6 +213,10 @@ def record(wl, compile_=True) -> Recorded:
             except Exception as exc:
                 rec.compile_error = f"rt.compile raised {type(exc).__name__}: {exc}"
             rec.compile_s = time.perf_counter() - t0
+            rec.compile_cpu_s = time.thread_time() - c0
+    hwm1 = _high_water_mark()
+    if hwm0 is not None and hwm1 is not None:
+        rec.peak_rss_bytes = hwm1 - hwm0
     return rec
 
 
