@@ -59,6 +59,12 @@ _vg = lib.rt_value_and_grad
 from functools import partial as _partial
 
 
+# value_and_gradient's last (x, out, the bound C call, its value cell, C
+# strides, shape to compare or None, x pointer); replaced whole, like the
+# pointer caches.
+_NO_HIT = (object(), object(), None, None, None, None, None)
+
+
 def _new_double(_new=ffi.new, _t=ffi.typeof("double *")):
     return _new(_t)
 
@@ -140,6 +146,7 @@ class CompiledTape:
         self._workspaces = []        # batched replay: per-thread arenas, built on demand
         self._wide = None            # batched replay of scalar code: the wide form (or False)
         self._wide_arenas = []
+        self._wide_pws = {}          # per thread count: the C array of the wide arenas' programs
         msg = ffi.new("char[]", 512)
         if lib.rt_verify(p, msg, 512) != RT_OK:
             raise VerificationError("the C verifier refused this program (it was not run): "
@@ -158,6 +165,7 @@ class CompiledTape:
         self._keep = keep
         self._batch_lock = threading.Lock()
         self._last_x = self._last_out = (None,)
+        self._hit = _NO_HIT
         self._in_shapes = [shape for _, shape, _ in prog.inputs]
         self._in_float = [isf for _, _, isf in prog.inputs]
         self._single = len(prog.inputs) == 1
@@ -171,6 +179,10 @@ class CompiledTape:
         # caches compare against (strides can be changed in place)
         self._c_strides = (np.empty(self._fast_shape or 0, dtype=np.float64).strides
                            if self._fast_shape is not None else None)
+        # With C strides fixed, a shape of at most one axis cannot change in
+        # place (the size cannot), so the hit path compares shapes only above.
+        self._hit_shape = (self._fast_shape if self._fast_shape is not None
+                           and len(self._fast_shape) > 1 else None)
 
     # ------------------------------------------------ inspection
     @property
@@ -426,6 +438,24 @@ class CompiledTape:
 
     def value_and_gradient(self, x, out=None):
         """(value, gradient) at x; with out= the gradient is written there (no allocation)."""
+        # The hottest path: the same x and out as the previous fast call (a
+        # sampler or optimiser writing into its own buffers).  Only what can
+        # change in place on those two arrays is looked at again: dtype,
+        # strides (a shape change shows in them; the size cannot change), the
+        # shape above one axis, and out's writeable flag.
+        # The C call is bound once per (x, out) pair (a partial, as bind()
+        # does): the arguments are not rebuilt on every call.
+        hit = self._hit
+        if (x is hit[0] and out is hit[1] and x.dtype is _F64 and out.dtype is _F64
+                and x.strides == hit[4] and out.strides == hit[4] and out.flags.writeable
+                and (hit[5] is None or (x.shape == hit[5] and out.shape == hit[5]))):
+            st = hit[2]()
+            if st:
+                self._status(st, hit[6])
+            tape = self._tape
+            if tape is not None:
+                tape._replayed_by = self._arena
+            return hit[3][0], out
         # The hot path: one float64 array in, out= of the same shape.  Every
         # check is an identity or tuple comparison, and the C pointers of the
         # last x and the last out are reused while the caller passes the same
@@ -450,6 +480,11 @@ class CompiledTape:
             last_x = self._last_x
             xp = last_x[1] if last_x[0] is x and x.strides == cs else self._pointer_to_x(x)
             if xp is not None and dest is not None:
+                if out is not None:
+                    # both pointers are fresh from from_buffer (or checked
+                    # above): the next call with these arrays takes the hit path
+                    self._hit = (x, out, _partial(self._vgf, self._p, xp, dest[2], dest[1]),
+                                 dest[2], cs, self._hit_shape, xp)
                 st = self._vgf(self._p, xp, dest[2], dest[1])
                 if st:
                     self._status(st, xp)
@@ -576,20 +611,13 @@ class CompiledTape:
                     self._batch_error(st, arena, row[0], xp + row[0] * n_in)
                 return values, out
             try:
-                arenas = [self._wide_arena(j) for j in range(n)]
-                xp, vp, gp = (ffi.from_buffer("double[]", a) for a in (X, values, out))
-                rows = [ffi.new("int64_t *") for _ in range(n)]
-                bounds = [k * j // n for j in range(n + 1)]
-                run = lambda j: arenas[j].run(self, 1, bounds[j + 1] - bounds[j],
-                                              xp + bounds[j] * n_in, vp + bounds[j],
-                                              gp + bounds[j] * n_in, rows[j])
-                statuses = _split(n, run)
+                st = self._wide_par(n, 1, k, ffi.from_buffer("double[]", X),
+                                    ffi.from_buffer("double[]", values),
+                                    ffi.from_buffer("double[]", out))
             finally:
                 self._batch_lock.release()
-            for j, st in enumerate(statuses):
-                if st != RT_OK:
-                    row = bounds[j] + rows[j][0]
-                    self._batch_error(st, arenas[j], row, xp + row * n_in)
+            if st != RT_OK:
+                self._status(st)
             return values, out
         if self._kind == "hessian":
             raise OutputError("batched replay of a HessianTape is not supported; batch the "
@@ -604,7 +632,10 @@ class CompiledTape:
         if self._use_wide(k):
             self._batch_run(Xf, k, threads, lambda arena, r0, r1, xp, row: arena.run(
                 self, 1, r1 - r0, xp, ffi.from_buffer("double[]", values[r0:r1]),
-                ffi.from_buffer("double[]", G[r0:r1]) if g_len else ffi.NULL, row), wide=True)
+                ffi.from_buffer("double[]", G[r0:r1]) if g_len else ffi.NULL, row), wide=True,
+                par=lambda n, xp: self._wide_par(
+                    n, 1, k, xp, ffi.from_buffer("double[]", values),
+                    ffi.from_buffer("double[]", G) if g_len else ffi.NULL))
             return values, self._batch_split(G, user, k)
         vg = lib.rt_batch_value_and_grad
         self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: vg(
@@ -624,7 +655,8 @@ class CompiledTape:
         if prog.out_len == 1 and self._use_wide(k):
             self._batch_run(Xf, k, threads, lambda arena, r0, r1, xp, row: arena.run(
                 self, 0, r1 - r0, xp, ffi.from_buffer("double[]", Y[r0:r1]), ffi.NULL, row),
-                wide=True)
+                wide=True, par=lambda n, xp: self._wide_par(
+                    n, 0, k, xp, ffi.from_buffer("double[]", Y), ffi.NULL))
             return Y.reshape((k,) + tuple(prog.out_shape))
         fwd = lib.rt_batch_forward
         self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: fwd(
@@ -717,9 +749,10 @@ class CompiledTape:
             self._wide = False if form is None or form[1] * _WIDE_B > _WIDE_MAX_VALUES else form
         return self._wide is not False
 
-    def _batch_run(self, Xf, k, threads, call, wide=False):
+    def _batch_run(self, Xf, k, threads, call, wide=False, par=None):
         """Run call(program, first row, end row, X pointer, row cell) over the rows,
-        split over `threads` threads; raises the first row's error."""
+        split over `threads` threads; raises the first row's error.  A wide run
+        on several threads is par(threads, X pointer) instead: the C pool."""
         if threads is None:
             threads = 1
         if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
@@ -727,6 +760,14 @@ class CompiledTape:
         n = max(1, min(int(threads), k))
         if not self._batch_lock.acquire(blocking=False):
             self._status(RT_BUSY)
+        if wide and n > 1:
+            try:
+                st = par(n, ffi.from_buffer("double[]", Xf))
+            finally:
+                self._batch_lock.release()
+            if st != RT_OK:
+                self._status(st)
+            return
         try:
             bounds = [k * j // n for j in range(n + 1)]
             n_in = self._program.n_in
@@ -753,6 +794,19 @@ class CompiledTape:
                 self._batch_error(st, arenas[j], row, xp + row * n_in)
         if k and self._tape is not None and not wide:
             self._tape._replayed_by = self._arena
+
+    def _wide_par(self, n, with_grad, k, xp, values, G):
+        """rt_batch_soa_par over k rows on n wide arenas (the calling thread and
+        n - 1 pool threads in C, sharing the rows block by block)."""
+        n = min(n, _WIDE_MAX_PAR)
+        pws = self._wide_pws.get(n)
+        if pws is None:
+            arenas = [self._wide_arena(j) for j in range(n)]
+            pws = self._wide_pws[n] = ffi.new("rt_program *[]", [a.p for a in arenas])
+        a0 = self._wide_arenas[0]
+        prog = self._program
+        return lib.rt_batch_soa_par(pws, n, prog.n_in, self._g_len, prog.out_off, with_grad,
+                                    a0.first_p, a0.zero_p, a0.zero.size, k, xp, values, G)
 
     def _batch_arena(self, j):
         """The j-th extra pair of arenas for batched replay (built on first use)."""
@@ -1103,6 +1157,7 @@ class _BatchArena:
 _WIDE_B = lib.RT_SOA_LANES   # rows per dispatch of a wide program (csrc/batch.c)
 _WIDE_MIN_ROWS = 16   # fewer rows: the row loop (a wide block would be mostly padding)
 _WIDE_MAX_VALUES = 1 << 21   # per arena (16 MB): larger programs take the row loop
+_WIDE_MAX_PAR = lib.RT_SOA_MAX_PAR   # threads a wide batch uses at most
 
 
 def _aligned_zeros(n, align=64):
