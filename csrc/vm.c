@@ -1106,7 +1106,7 @@ typedef struct {
     int32_t with_grad;
     const uint8_t *first;
     const int32_t *zero;
-    int64_t n_zero, k, piece;
+    int64_t n_zero, k, piece;     /* piece: a participant takes 1/piece of the rows left */
     const double *X;
     double *values, *G;
     int64_t next;                 /* the first row no participant has taken (atomic) */
@@ -1132,12 +1132,23 @@ static void rt_soa_part(void *ctx, int who)
     }
     if (st == RT_OK)
         st = rt_soa_check(pw, j->zero, j->n_zero);
-    while (st == RT_OK
-           && (r0 = __atomic_fetch_add(&j->next, j->piece, __ATOMIC_RELAXED)) < j->k) {
-        const int64_t m = j->k - r0 < j->piece ? j->k - r0 : j->piece;
+    r0 = __atomic_load_n(&j->next, __ATOMIC_RELAXED);
+    while (st == RT_OK && r0 < j->k) {
+        /* guided: a share of what is left, in whole lane blocks, at least
+         * one block; the last pieces are one block each, so participants
+         * finish within about one block of each other */
+        int64_t m = (j->k - r0) / j->piece / RT_SOA_LANES * RT_SOA_LANES;
+        if (m < RT_SOA_LANES)
+            m = RT_SOA_LANES;
+        if (m > j->k - r0)
+            m = j->k - r0;
+        if (!__atomic_compare_exchange_n(&j->next, &r0, r0 + m, 0, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED))
+            continue;                           /* r0 now holds the new value */
         rt_soa_run(pw, j->n_in, j->n_grad, j->out_off, j->with_grad, j->first, j->zero,
                    j->n_zero, m, j->X + r0 * j->n_in, j->values + r0,
                    j->with_grad && j->G != NULL ? j->G + r0 * j->n_grad : NULL);
+        r0 = __atomic_load_n(&j->next, __ATOMIC_RELAXED);
     }
     j->status[who] = rt_release(pw, st);
 }
@@ -1147,7 +1158,6 @@ int rt_batch_soa_par(rt_program *const *pws, int32_t n_par, int64_t n_in, int64_
                      const int32_t *zero, int64_t n_zero, int64_t k, const double *X,
                      double *values, double *G)
 {
-    const int64_t B = RT_SOA_LANES;
     int status[RT_SOA_MAX_PAR];
     rt_soa_job job;
     int i;
@@ -1167,12 +1177,9 @@ int rt_batch_soa_par(rt_program *const *pws, int32_t n_par, int64_t n_in, int64_
     job.G = G;
     job.next = 0;
     job.status = status;
-    /* whole lane blocks, about eight pieces per participant: small enough
-     * that the participants finish together, large enough that the shared
-     * counter is touched rarely */
-    job.piece = (k / (8 * (int64_t)n_par) + B - 1) / B * B;
-    if (job.piece < B)
-        job.piece = B;
+    /* each take is 1/(2 n_par) of the rows left: few takes of the shared
+     * counter, and small ones at the end */
+    job.piece = 2 * (int64_t)n_par;
     for (i = 0; i < n_par; i++)
         status[i] = RT_OK;
     rt_pool_run(n_par, rt_soa_part, &job);

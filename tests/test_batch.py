@@ -410,3 +410,25 @@ def test_a_forked_child_starts_a_pool_of_its_own(eight):
         if p.is_alive():                                  # pragma: no cover - a hang
             p.kill()
     assert p.exitcode == 0
+
+
+def _misaligned(shape):
+    n = int(np.prod(shape))
+    a = np.frombuffer(bytearray(8 * n + 1), dtype=np.float64, count=n, offset=1).reshape(shape)
+    assert not a.flags.aligned and a.flags.c_contiguous
+    return a
+
+
+@pytest.mark.parametrize("k", [8, 100])                  # the row loop and the wide form
+def test_misaligned_rows_are_copied_and_a_misaligned_out_is_refused(eight, k):
+    wl, ctape = eight
+    X = np.random.default_rng(6).normal(size=(k, 10))
+    want = ctape.batch_value_and_gradient(X, threads=1)
+    Xm = _misaligned((k, 10))
+    Xm[...] = X
+    for threads in (1, 2):
+        v, g = ctape.batch_value_and_gradient(Xm, threads=threads)
+        assert _bits(v) == _bits(want[0]) and _bits(g) == _bits(want[1])
+        assert _bits(ctape.batch_forward(Xm, threads=threads)) == _bits(want[0])
+        with pytest.raises(rt.InputError, match="aligned"):
+            ctape.batch_value_and_gradient(X, out=_misaligned((k, 10)), threads=threads)
