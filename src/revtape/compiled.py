@@ -446,17 +446,18 @@ class CompiledTape:
         # shape above one axis, and out's writeable flag.
         # The C call is bound once per (x, out) pair (a partial, as bind()
         # does): the arguments are not rebuilt on every call.
-        hit = self._hit
-        if (x is hit[0] and out is hit[1] and x.dtype is _F64 and out.dtype is _F64
-                and x.strides == hit[4] and out.strides == hit[4] and out.flags.writeable
-                and (hit[5] is None or (x.shape == hit[5] and out.shape == hit[5]))):
-            st = hit[2]()
-            if st:
-                self._status(st, hit[6])
-            tape = self._tape
-            if tape is not None:
-                tape._replayed_by = self._arena
-            return hit[3][0], out
+        if out is not None:
+            hit = self._hit
+            if (out is hit[1] and x is hit[0] and x.dtype is _F64 and out.dtype is _F64
+                    and x.strides == hit[4] and out.strides == hit[4] and out.flags.writeable
+                    and (hit[5] is None or (x.shape == hit[5] and out.shape == hit[5]))):
+                st = hit[2]()
+                if st:
+                    self._status(st, hit[6])
+                tape = self._tape
+                if tape is not None:
+                    tape._replayed_by = self._arena
+                return hit[3][0], out
         # The hot path: one float64 array in, out= of the same shape.  Every
         # check is an identity or tuple comparison, and the C pointers of the
         # last x and the last out are reused while the caller passes the same
