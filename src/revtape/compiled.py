@@ -599,28 +599,21 @@ class CompiledTape:
             n = 1 if threads is None else min(threads, k)
             if not self._batch_lock.acquire(False):
                 self._status(RT_BUSY)
-            if n == 1:                      # no lists, no closure: ~2 us less a call
-                try:
-                    # a wide program refuses only whole calls (no guards, no
-                    # callbacks): no row cell to read back
-                    # X and out passed the checks above (dtype, shape,
-                    # C-contiguous, writeable) on this call: the pointers of
-                    # the same arrays last call are still theirs
-                    last = self._batch_last
-                    if last[0] is not X or last[2] is not out:
-                        last = self._batch_last = (X, _from_buffer(_DOUBLES, X), out,
-                                                   _from_buffer(_DOUBLES, out))
+            try:
+                # X and out passed the checks above (dtype, shape, aligned,
+                # C-contiguous, writeable) on this call: the pointers of the
+                # same arrays last call are still theirs
+                last = self._batch_last
+                if last[0] is not X or last[2] is not out:
+                    last = self._batch_last = (X, _from_buffer(_DOUBLES, X), out,
+                                               _from_buffer(_DOUBLES, out))
+                # a wide program refuses only whole calls (no guards, no
+                # callbacks): no row cell to read back
+                if n == 1:                  # no lists, no closure: ~2 us less a call
                     st = self._wide_run1(k, last[1], _from_buffer(_DOUBLES, values), last[3],
                                          ffi.NULL)
-                finally:
-                    self._batch_lock.release()
-                if st != RT_OK:
-                    self._status(st)
-                return values, out
-            try:
-                st = self._wide_par(n, 1, k, ffi.from_buffer("double[]", X),
-                                    ffi.from_buffer("double[]", values),
-                                    ffi.from_buffer("double[]", out))
+                else:
+                    st = self._wide_par(n, 1, k, last[1], _from_buffer(_DOUBLES, values), last[3])
             finally:
                 self._batch_lock.release()
             if st != RT_OK:
