@@ -582,16 +582,19 @@ class CompiledTape:
         replaying on its own arenas.  Every row's results are bit for bit those
         of ``value_and_gradient`` at that row; nan/inf rows give nan/inf results."""
         fs = self._fast_shape
+        # (a float64 dtype that is not numpy's own object, e.g. one with
+        # metadata, takes the general path: same results)
         if (fs is not None and (threads is None or (type(threads) is int and threads >= 1))
-                and type(X) is np.ndarray and X.dtype == _F64 and X.shape[1:] == fs
-                and X.ndim == len(fs) + 1 and (fx := X.flags).c_contiguous and fx.aligned
-                and self._use_wide(X.shape[0])):
+                and type(X) is _ND and X.dtype is _F64 and len(xs := X.shape) == len(fs) + 1
+                and xs[1:] == fs and (fx := X.flags).c_contiguous and fx.aligned
+                and (xs[0] >= _WIDE_MIN_ROWS and self._wide or self._use_wide(xs[0]))):
             # the common case (one array of points, scalar code) without the
             # general path's per-call work: ~1 us instead of ~15
-            k = X.shape[0]
+            k = xs[0]
             if out is None:
-                out = np.empty(X.shape)
-            elif (type(out) is not np.ndarray or out.dtype != _F64 or out.shape != X.shape
+                out = np.empty(xs)
+            elif (type(out) is not _ND or (out.dtype is not _F64 and out.dtype != _F64)
+                  or out.shape != xs
                   or not out.flags.carray):      # C-contiguous, aligned and writeable
                 raise InputError(f"out= must be a writeable, aligned, C-contiguous float64 array "
                                  f"of shape {X.shape}")
