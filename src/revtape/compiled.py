@@ -65,6 +65,10 @@ from functools import partial as _partial
 _NO_HIT = (object(), object(), None, None, None, None, None)
 
 
+_ffi_new = ffi.new
+_DOUBLE_P = ffi.typeof("double *")
+
+
 def _new_double(_new=ffi.new, _t=ffi.typeof("double *")):
     return _new(_t)
 
@@ -469,7 +473,9 @@ class CompiledTape:
             # non-contiguous (then the checked path below copies)
             cs = self._c_strides
             if out is None:
-                dest = self._new_out(_empty(shape))
+                # a new array is aligned and writeable: no checks, no call
+                g = _empty(shape)
+                dest = (g, _from_buffer(_DOUBLES, g), _ffi_new(_DOUBLE_P))
             elif (type(out) is _ND and out.dtype is _F64 and out.shape == shape
                     and out.flags.writeable):
                 dest = self._last_out
