@@ -59,10 +59,10 @@ _vg = lib.rt_value_and_grad
 from functools import partial as _partial
 
 
-# value_and_gradient's last (x, out, the bound C call, its value cell, C
-# strides, shape to compare or None, x pointer); replaced whole, like the
-# pointer caches.
-_NO_HIT = (object(), object(), None, None, None, None, None)
+# value_and_gradient's last (x, out, the bound C call or None until the pair
+# repeats, its value cell, C strides, shape to compare or None, x pointer,
+# out pointer); replaced whole, like the pointer caches.
+_NO_HIT = (object(), object(), None, None, None, None, None, None)
 
 
 _ffi_new = ffi.new
@@ -455,7 +455,11 @@ class CompiledTape:
             if (out is hit[1] and x is hit[0] and x.dtype is _F64 and out.dtype is _F64
                     and x.strides == hit[4] and out.strides == hit[4] and out.flags.writeable
                     and (hit[5] is None or (x.shape == hit[5] and out.shape == hit[5]))):
-                st = hit[2]()
+                call = hit[2]
+                if call is None:            # the pair's first repeat: bind the call
+                    call = _partial(self._vgf, self._p, hit[6], hit[3], hit[7])
+                    self._hit = hit[:2] + (call,) + hit[3:]
+                st = call()
                 if st:
                     self._status(st, hit[6])
                 tape = self._tape
@@ -486,13 +490,16 @@ class CompiledTape:
             else:
                 return self._value_and_gradient(x, out)
             last_x = self._last_x
-            xp = last_x[1] if last_x[0] is x and x.strides == cs else self._pointer_to_x(x)
+            if last_x[0] is x and x.strides == cs:
+                xp = last_x[1]
+                if out is not None and dest is not None:
+                    # x came again (and both pointers are checked above): the
+                    # next call with these two arrays takes the hit path.  A
+                    # caller passing a new x each time never pays for this.
+                    self._hit = (x, out, None, dest[2], cs, self._hit_shape, xp, dest[1])
+            else:
+                xp = self._pointer_to_x(x)
             if xp is not None and dest is not None:
-                if out is not None:
-                    # both pointers are fresh from from_buffer (or checked
-                    # above): the next call with these arrays takes the hit path
-                    self._hit = (x, out, _partial(self._vgf, self._p, xp, dest[2], dest[1]),
-                                 dest[2], cs, self._hit_shape, xp)
                 st = self._vgf(self._p, xp, dest[2], dest[1])
                 if st:
                     self._status(st, xp)
