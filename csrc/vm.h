@@ -198,7 +198,9 @@ void rt_set_native(rt_program *p, const rt_native *n);
 /* The VM's sweeps over instructions [lo, hi) of a verified program, for
  * generated code that leaves some instructions to the VM: forward runs lo ..
  * hi-1, reverse hi-1 .. lo.  The caller owns the program.  RT_BADARG when
- * the range is not inside the program or p was not verified. */
+ * the range is not inside the program, cuts a tiled block (BLOCK ..
+ * ENDBLOCK, csrc/instr/block.h: it runs whole or not at all) or p was not
+ * verified. */
 int rt_vm_forward_range(rt_program *p, int64_t lo, int64_t hi);
 int rt_vm_reverse_range(rt_program *p, int64_t lo, int64_t hi);
 
