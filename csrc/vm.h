@@ -179,6 +179,20 @@ int rt_batch_soa(rt_program *pw, int64_t n_in, int64_t n_grad, int64_t out_off,
                  int32_t with_grad, const uint8_t *first, const int32_t *zero, int64_t n_zero,
                  int64_t k, const double *X, double *values, double *G, int64_t *row);
 
+/* rt_batch_soa over rows [0, k) with up to n_par participants: the calling
+ * thread and n_par - 1 threads of a persistent pool (csrc/pool.h), each on
+ * its own wide program pws[i] (same code, same side tables, own arenas),
+ * taking whole lane blocks from a shared counter.  A worker that has not
+ * started when the caller has run out of rows is not waited for, so the call
+ * is never much slower than n_par = 1.  Bit for bit rt_batch_soa (each row's
+ * lanes are independent of which rows share its block).  Returns the first
+ * participant's refusal (RT_BUSY, RT_BADARG, ...) or RT_OK. */
+#define RT_SOA_MAX_PAR 64
+int rt_batch_soa_par(rt_program *const *pws, int32_t n_par, int64_t n_in, int64_t n_grad,
+                     int64_t out_off, int32_t with_grad, const uint8_t *first,
+                     const int32_t *zero, int64_t n_zero, int64_t k, const double *X,
+                     double *values, double *G);
+
 /* Installs a native tier (NULL: back to the VM) with an atomic release
  * store: a replay running on another thread finishes with the sweeps it
  * started with, the next one uses n.  n must stay valid while p lives. */

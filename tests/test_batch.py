@@ -337,3 +337,98 @@ def test_array_code_side_tables_are_checked_before_use():
                             arena.zero_p, arena.zero.size, 50, ffi.from_buffer("double[]", X),
                             ffi.from_buffer("double[]", v), ffi.from_buffer("double[]", G),
                             row) == lib.RT_BADARG
+
+
+# ---------------------------------------------------------------- the C worker pool (csrc/pool.c)
+
+@pytest.mark.parametrize("k", [16, 23, 24, 25, 47, 97, 1000, 4801])
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_the_pool_shares_rows_in_lane_blocks_bit_for_bit(eight, k, threads):
+    # rows go out in whole lane blocks from a shared counter: any k, any
+    # split, each row's bits are its single replay's
+    wl, ctape = eight
+    X = np.random.default_rng(k).normal(size=(k, 10))
+    v1, g1 = ctape.batch_value_and_gradient(X, threads=1)
+    v, g = ctape.batch_value_and_gradient(X, threads=threads)
+    assert _bits(v) == _bits(v1) and _bits(g) == _bits(g1)
+    assert _bits(ctape.batch_forward(X, threads=threads)) == _bits(v1)
+    rows = range(0, k, max(1, k // 7))
+    v_rows, g_rows = _rows(ctape, X[list(rows)])
+    assert _bits(v[list(rows)]) == _bits(v_rows) and _bits(g[list(rows)]) == _bits(g_rows)
+
+
+def test_many_callers_share_the_pool_and_each_gets_its_own_rows(eight):
+    # the pool serves one batch at a time; a batch that finds it taken runs on
+    # its calling thread alone: same bits either way
+    import threading
+    wl, ctape = eight
+    copies = [copy.deepcopy(ctape) for _ in range(4)]
+    Xs = [np.random.default_rng(10 + j).normal(size=(500 + 31 * j, 10)) for j in range(4)]
+    want = [ctape.batch_value_and_gradient(X, threads=1) for X in Xs]
+    bad = []
+
+    def work(j):
+        for i in range(30):
+            v, g = copies[j].batch_value_and_gradient(Xs[j], threads=2 + (i % 2))
+            if _bits(v) != _bits(want[j][0]) or _bits(g) != _bits(want[j][1]):
+                bad.append(j)
+
+    ths = [threading.Thread(target=work, args=(j,)) for j in range(4)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    assert not bad
+
+
+def _forked_batch(q):
+    wl = W.eight_schools()
+    ctape = rt.compile(rt.GradientTape(wl.f, wl.x0))
+    X = np.random.default_rng(5).normal(size=(300, 10))
+    v2, g2 = ctape.batch_value_and_gradient(X, threads=2)
+    v1, g1 = ctape.batch_value_and_gradient(X, threads=1)
+    q.put(_bits(v2) == _bits(v1) and _bits(g2) == _bits(g1))
+
+
+def test_a_forked_child_starts_a_pool_of_its_own(eight):
+    # the parent's workers do not exist in a forked child (and may have held
+    # their locks at the fork): the child must neither hang nor lose rows
+    import multiprocessing as mp
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    wl, ctape = eight
+    X = np.random.default_rng(4).normal(size=(300, 10))
+    ctape.batch_value_and_gradient(X, threads=3)          # the parent's pool is running
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_forked_batch, args=(q,))
+    p.start()
+    try:
+        assert q.get(timeout=60) is True
+    finally:
+        p.join(10)
+        if p.is_alive():                                  # pragma: no cover - a hang
+            p.kill()
+    assert p.exitcode == 0
+
+
+def _misaligned(shape):
+    n = int(np.prod(shape))
+    a = np.frombuffer(bytearray(8 * n + 1), dtype=np.float64, count=n, offset=1).reshape(shape)
+    assert not a.flags.aligned and a.flags.c_contiguous
+    return a
+
+
+@pytest.mark.parametrize("k", [8, 100])                  # the row loop and the wide form
+def test_misaligned_rows_are_copied_and_a_misaligned_out_is_refused(eight, k):
+    wl, ctape = eight
+    X = np.random.default_rng(6).normal(size=(k, 10))
+    want = ctape.batch_value_and_gradient(X, threads=1)
+    Xm = _misaligned((k, 10))
+    Xm[...] = X
+    for threads in (1, 2):
+        v, g = ctape.batch_value_and_gradient(Xm, threads=threads)
+        assert _bits(v) == _bits(want[0]) and _bits(g) == _bits(want[1])
+        assert _bits(ctape.batch_forward(Xm, threads=threads)) == _bits(want[0])
+        with pytest.raises(rt.InputError, match="aligned"):
+            ctape.batch_value_and_gradient(X, out=_misaligned((k, 10)), threads=threads)

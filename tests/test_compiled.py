@@ -887,6 +887,76 @@ def test_a_strided_out_is_written_whole():
     np.testing.assert_array_equal(fresh, [0, 0, 2, 0, 4, 0, 6, 0])
 
 
+def test_the_repeat_call_path_sees_every_in_place_change():
+    # the same x and out as the previous call take a shorter path that only
+    # re-reads what can change in place on them: each change must still count
+    f = lambda x: np.sum(x ** 2) + x[0] * x[-1]
+    ct = rt.compile(rt.GradientTape(f, np.ones(4)), native=False)
+    x, g = np.array([1.0, 2.0, 3.0, 4.0]), np.empty(4)
+    want = ct.value_and_gradient(x.copy())
+    for _ in range(3):                               # the first call fills the cache
+        v, gx = ct.value_and_gradient(x, out=g)
+        assert gx is g and v == want[0]
+        np.testing.assert_array_equal(g, want[1])
+    bits = x.copy()
+    x.dtype = np.int64                              # the same bytes now mean integers
+    v, gx = ct.value_and_gradient(x, out=g)
+    ref = ct.value_and_gradient(bits.view(np.int64).astype(np.float64))
+    assert v == ref[0]
+    np.testing.assert_array_equal(g, ref[1])
+    x.dtype = np.float64
+    ct.value_and_gradient(x, out=g)
+    x.shape = (2, 2)                                # a 1-d fast shape changed in place
+    with pytest.raises(rt.InputError):
+        ct.value_and_gradient(x, out=g)
+    x.shape = (4,)
+    ct.value_and_gradient(x, out=g)
+    g.dtype = np.int64
+    with pytest.raises(rt.InputError, match="float64"):
+        ct.value_and_gradient(x, out=g)
+    g.dtype = np.float64
+    ct.value_and_gradient(x, out=g)
+    g.shape = (2, 2)
+    with pytest.raises(rt.InputError):
+        ct.value_and_gradient(x, out=g)
+    g.shape = (4,)
+    ct.value_and_gradient(x, out=g)
+    g.setflags(write=False)
+    with pytest.raises(rt.InputError, match="writeable"):
+        ct.value_and_gradient(x, out=g)
+    g.setflags(write=True)
+    v, gx = ct.value_and_gradient(x, out=g)
+    assert v == want[0]
+    np.testing.assert_array_equal(g, want[1])
+
+
+def test_the_repeat_call_path_sees_a_shape_changed_in_place_above_one_axis():
+    # (2, 3) -> (3, 2) in place changes the strides too; (1, 6) with strides
+    # set to (24, 8) is a shape of the same size with (2, 3)'s C strides:
+    # only the shape comparison sees it
+    ct = rt.compile(rt.GradientTape(lambda x: np.sum(x[0] * x[1]), np.ones((2, 3))),
+                    native=False)
+    x, g = np.arange(6.0).reshape(2, 3), np.empty((2, 3))
+    ct.value_and_gradient(x, out=g)
+    ct.value_and_gradient(x, out=g)
+    x.shape = (3, 2)
+    with pytest.raises(rt.InputError):
+        ct.value_and_gradient(x, out=g)
+    x.shape = (2, 3)
+    ct.value_and_gradient(x, out=g)
+    x.shape = (1, 6)
+    with pytest.warns(DeprecationWarning) if np.lib.NumpyVersion(np.__version__) >= "2.4.0" \
+            else _nothing():
+        x.strides = (24, 8)
+    assert x.strides == np.empty((2, 3)).strides
+    with pytest.raises(rt.InputError):
+        ct.value_and_gradient(x, out=g)
+    x = np.arange(6.0).reshape(2, 3)
+    v, gx = ct.value_and_gradient(x, out=g)
+    assert v == 0 * 3 + 1 * 4 + 2 * 5
+    np.testing.assert_array_equal(g, [[3.0, 4.0, 5.0], [0.0, 1.0, 2.0]])
+
+
 class _nothing:
     def __enter__(self):
         return self

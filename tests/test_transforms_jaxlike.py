@@ -246,6 +246,42 @@ def test_cached_transforms_serve_many_threads():
     assert hvp.cache_info().records == 1
 
 
+def _branchy(x):
+    # a branch on x[0]: each side is its own recorded variant
+    return rosen(x) + (np.sum(x ** 3) if x[0] > 0.0 else np.sum(np.sin(x)))
+
+
+def test_the_hvp_transform_gives_ctape_hvp_bits_for_every_kind_of_argument():
+    # the transform's direct path (float64, C-contiguous, aligned, the input's
+    # shape) and the general one (everything else) against ctape.hvp itself
+    hvp = rt.hvp(_branchy)
+    rng = np.random.default_rng(3)
+    x, v = rng.normal(size=6) + [2.0, 0, 0, 0, 0, 0], rng.normal(size=6)
+    ch = rt.compile(rt.HessianTape(_branchy, x))
+    big = np.empty(13)
+    big[1::2] = x
+    raw = bytearray(6 * 8 + 1)
+    misaligned = np.frombuffer(raw, dtype=np.float64, count=6, offset=1)
+    misaligned[...] = x
+    for xa, va in [(x, v), (x.copy(), v.copy()), (big[1::2], v), (misaligned, v),
+                   (x, v.astype(np.float32)), (x, list(v)), (x, np.arange(6)),
+                   (x, big[1::2]), (x.reshape(6, 1)[:, 0], v)]:
+        got = hvp(xa, va)
+        assert type(got) is np.ndarray and got.shape == (6,)
+        np.testing.assert_array_equal(got, ch.hvp(np.array(xa, dtype=np.float64),
+                                                  np.asarray(va, dtype=np.float64)))
+    assert hvp.cache_info().records == 1
+    with pytest.raises(rt.InputError):
+        hvp(x, np.ones(5))
+    # the other branch: the recorded variant refuses it (BranchChanged inside
+    # the direct path), the transform records the second variant
+    x2 = x.copy()
+    x2[0] = -1.5
+    np.testing.assert_array_equal(hvp(x2, v), rt.compile(rt.HessianTape(_branchy, x2)).hvp(x2, v))
+    assert hvp.cache_info().records == 2 and hvp.cache_info().branch_failures == 1
+    np.testing.assert_array_equal(hvp(x, v), ch.hvp(x, v))
+
+
 def test_static_arguments_of_cached_transforms_are_keyed_by_value():
     J = rt.jacobian(lambda x, w: x * np.asarray(w))
     x = np.ones(2)

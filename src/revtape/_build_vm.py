@@ -14,7 +14,7 @@ from cffi import FFI
 
 CSRC = pathlib.Path(__file__).resolve().parents[2] / "csrc"
 HEADERS = ["vm.h", "tapeflow.h"]
-SOURCES = ["vm.c", "kernels.c", "specfun.c", "linalg.c", "batch.c", "tapeflow.c"]
+SOURCES = ["vm.c", "kernels.c", "specfun.c", "linalg.c", "batch.c", "tapeflow.c", "pool.c"]
 
 
 def _cdef_from_header(text):
@@ -54,7 +54,7 @@ ffibuilder.set_source(
     # a header-only change (csrc/instr/*.h, ops_generated.h) rebuilds too
     depends=sorted(os.path.relpath(h) for h in CSRC.rglob("*.h")),
     extra_compile_args=["-O2", "-std=c99", "-fno-math-errno", "-D_DEFAULT_SOURCE"],
-    libraries=["m"],
+    libraries=["m"] + ([] if os.name == "nt" else ["pthread"]),   # pool.c
 )
 
 if __name__ == "__main__":

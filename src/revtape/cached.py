@@ -60,13 +60,16 @@ def _static_key(a):
 
 
 class _Variant:
-    """One recorded branch: its guards and a compiled program per thread."""
+    """One recorded branch: its guards and a compiled program per thread, with
+    the replay function bound to that program (runner())."""
 
-    def __init__(self, ctape, check):
+    def __init__(self, ctape, check, make_run):
         self.ctape = ctape
         self.check = check
         self.owner = threading.get_ident()
         self.local = threading.local()
+        self._make_run = make_run
+        self.run = make_run(ctape)
 
     def program(self):
         if threading.get_ident() == self.owner:
@@ -75,6 +78,47 @@ class _Variant:
         if c is None:
             c = self.local.ctape = copy.deepcopy(self.ctape)
         return c
+
+    def runner(self):
+        """run(x, v) replaying this thread's program."""
+        if threading.get_ident() == self.owner:
+            return self.run
+        r = getattr(self.local, "run", None)
+        if r is None:
+            r = self.local.run = self._make_run(self.program())
+        return r
+
+
+def _hvp_runner(ctape):
+    """ctape.hvp as a closure, with ctape.hvp's per-call decisions (which
+    program, which sweep, which layout) taken once, and a direct path for
+    float64 arrays of the input's shape: the same rt_jvp call on the same
+    buffers, so the same bits."""
+    h = ctape._hessian_program()
+    general = ctape.hvp
+    if (h._parts is not None or not h._single or h._in_float[0] or not h._tangents_defined()
+            or h._grad_shapes[0] != h._x_shape or h._program.out_len != h._g_len):
+        return lambda x, v: general(x, v)
+    from .compiled import _F64, _ND, _DOUBLES, _from_buffer, ffi, lib
+    shape, p, status, tape, arena = h._x_shape, h._p, h._status, h._tape, h._arena
+    jvp, null, empty = lib.rt_jvp, ffi.NULL, np.empty
+
+    def run(x, v):
+        if (type(x) is _ND and type(v) is _ND and x.dtype is _F64 and v.dtype is _F64
+                and x.shape == shape and v.shape == shape):
+            fx, fv = x.flags, v.flags
+            if fx.c_contiguous and fv.c_contiguous and fx.aligned and fv.aligned:
+                hv = empty(shape)
+                xp = _from_buffer(_DOUBLES, x)
+                st = jvp(p, xp, _from_buffer(_DOUBLES, v), null, _from_buffer(_DOUBLES, hv))
+                if st:
+                    status(st, xp)
+                if tape is not None:
+                    tape._replayed_by = arena
+                return hv
+        return general(x, v)
+
+    return run
 
 
 class CachedTransform:
@@ -98,6 +142,9 @@ class CachedTransform:
         self.__wrapped__ = fun
         self._takes_v = kind in ("hvp", "jvp")
         self._replay = getattr(self, "_replay_" + kind)
+        replay = self._replay
+        self._make_run = _hvp_runner if kind == "hvp" else (
+            lambda ctape: lambda x, v: replay(ctape, x, v))
 
     def __repr__(self):
         return f"<rt.{self.kind}({self.__name__}) cached transform>"
@@ -126,7 +173,7 @@ class CachedTransform:
                         self._cache[key] = []
                     break
                 try:
-                    res = self._replay(var.program(), x, v)
+                    res = var.runner()(x, v)
                 except BranchChanged as e:
                     self._stats["branch_failures"] += 1
                     if self.on_stale == "raise":
@@ -180,7 +227,7 @@ class CachedTransform:
                               "(correct, but not compiled). Pass the noise in as an argument",
                               RandomDrawWarning, stacklevel=3)
             return self._replay(ctape, x, v)
-        var = _Variant(ctape, guards.compiled_check())
+        var = _Variant(ctape, guards.compiled_check(), self._make_run)
         with self._lock:
             variants = self._cache.get(key, [])
             if len(variants) >= MAX_VARIANTS:

@@ -59,6 +59,16 @@ _vg = lib.rt_value_and_grad
 from functools import partial as _partial
 
 
+# value_and_gradient's last (x, out, the bound C call or None until the pair
+# repeats, its value cell, C strides, shape to compare or None, x pointer,
+# out pointer); replaced whole, like the pointer caches.
+_NO_HIT = (object(), object(), None, None, None, None, None, None)
+
+
+_ffi_new = ffi.new
+_DOUBLE_P = ffi.typeof("double *")
+
+
 def _new_double(_new=ffi.new, _t=ffi.typeof("double *")):
     return _new(_t)
 
@@ -148,6 +158,8 @@ class CompiledTape:
         self._workspaces = []        # batched replay: per-thread arenas, built on demand
         self._wide = None            # batched replay of scalar code: the wide form (or False)
         self._wide_arenas = []
+        self._wide_pws = {}          # per thread count: the C array of the wide arenas' programs
+        self._batch_last = (None,) * 4   # the last batch's (X, its pointer, out, its pointer)
         msg = ffi.new("char[]", 512)
         if lib.rt_verify(p, msg, 512) != RT_OK:
             raise VerificationError("the C verifier refused this program (it was not run): "
@@ -166,6 +178,7 @@ class CompiledTape:
         self._keep = keep
         self._batch_lock = threading.Lock()
         self._last_x = self._last_out = (None,)
+        self._hit = _NO_HIT
         self._in_shapes = [shape for _, shape, _ in prog.inputs]
         self._in_float = [isf for _, _, isf in prog.inputs]
         self._single = len(prog.inputs) == 1
@@ -179,6 +192,10 @@ class CompiledTape:
         # caches compare against (strides can be changed in place)
         self._c_strides = (np.empty(self._fast_shape or 0, dtype=np.float64).strides
                            if self._fast_shape is not None else None)
+        # With C strides fixed, a shape of at most one axis cannot change in
+        # place (the size cannot), so the hit path compares shapes only above.
+        self._hit_shape = (self._fast_shape if self._fast_shape is not None
+                           and len(self._fast_shape) > 1 else None)
 
     # the value and gradient are the program's output and input adjoints (a
     # HessianTape's program computes a gradient: its value sits elsewhere)
@@ -443,6 +460,29 @@ class CompiledTape:
 
     def value_and_gradient(self, x, out=None):
         """(value, gradient) at x; with out= the gradient is written there (no allocation)."""
+        # The hottest path: the same x and out as the previous fast call (a
+        # sampler or optimiser writing into its own buffers).  Only what can
+        # change in place on those two arrays is looked at again: dtype,
+        # strides (a shape change shows in them; the size cannot change), the
+        # shape above one axis, and out's writeable flag.
+        # The C call is bound once per (x, out) pair (a partial, as bind()
+        # does): the arguments are not rebuilt on every call.
+        if out is not None:
+            hit = self._hit
+            if (out is hit[1] and x is hit[0] and x.dtype is _F64 and out.dtype is _F64
+                    and x.strides == hit[4] and out.strides == hit[4] and out.flags.writeable
+                    and (hit[5] is None or (x.shape == hit[5] and out.shape == hit[5]))):
+                call = hit[2]
+                if call is None:            # the pair's first repeat: bind the call
+                    call = _partial(self._vgf, self._p, hit[6], hit[3], hit[7])
+                    self._hit = hit[:2] + (call,) + hit[3:]
+                st = call()
+                if st:
+                    self._status(st, hit[6])
+                tape = self._tape
+                if tape is not None:
+                    tape._replayed_by = self._arena
+                return hit[3][0], out
         # The hot path: one float64 array in, out= of the same shape.  Every
         # check is an identity or tuple comparison, and the C pointers of the
         # last x and the last out are reused while the caller passes the same
@@ -454,7 +494,9 @@ class CompiledTape:
             # non-contiguous (then the checked path below copies)
             cs = self._c_strides
             if out is None:
-                dest = self._new_out(_empty(shape))
+                # a new array is aligned and writeable: no checks, no call
+                g = _empty(shape)
+                dest = (g, _from_buffer(_DOUBLES, g), _ffi_new(_DOUBLE_P))
             elif (type(out) is _ND and out.dtype is _F64 and out.shape == shape
                     and out.flags.writeable):
                 dest = self._last_out
@@ -465,7 +507,15 @@ class CompiledTape:
             else:
                 return self._value_and_gradient(x, out)
             last_x = self._last_x
-            xp = last_x[1] if last_x[0] is x and x.strides == cs else self._pointer_to_x(x)
+            if last_x[0] is x and x.strides == cs:
+                xp = last_x[1]
+                if out is not None and dest is not None:
+                    # x came again (and both pointers are checked above): the
+                    # next call with these two arrays takes the hit path.  A
+                    # caller passing a new x each time never pays for this.
+                    self._hit = (x, out, None, dest[2], cs, self._hit_shape, xp, dest[1])
+            else:
+                xp = self._pointer_to_x(x)
             if xp is not None and dest is not None:
                 st = self._vgf(self._p, xp, dest[2], dest[1])
                 if st:
@@ -560,51 +610,45 @@ class CompiledTape:
         replaying on its own arenas.  Every row's results are bit for bit those
         of ``value_and_gradient`` at that row; nan/inf rows give nan/inf results."""
         fs = self._fast_shape
+        # (a float64 dtype that is not numpy's own object, e.g. one with
+        # metadata, takes the general path: same results)
         if (fs is not None and (threads is None or (type(threads) is int and threads >= 1))
-                and type(X) is np.ndarray and X.dtype == _F64 and X.shape[1:] == fs
-                and X.ndim == len(fs) + 1 and X.flags.c_contiguous
-                and self._use_wide(X.shape[0])):
+                and type(X) is _ND and X.dtype is _F64 and len(xs := X.shape) == len(fs) + 1
+                and xs[1:] == fs and (fx := X.flags).c_contiguous and fx.aligned
+                and (xs[0] >= _WIDE_MIN_ROWS and self._wide or self._use_wide(xs[0]))):
             # the common case (one array of points, scalar code) without the
             # general path's per-call work: ~1 us instead of ~15
-            k = X.shape[0]
+            k = xs[0]
             if out is None:
-                out = np.empty(X.shape)
-            elif (type(out) is not np.ndarray or out.dtype != _F64 or out.shape != X.shape
-                  or not out.flags.writeable or not out.flags.c_contiguous):
-                raise InputError(f"out= must be a writeable C-contiguous float64 array of shape "
-                                 f"{X.shape}")
+                out = np.empty(xs)
+            elif (type(out) is not _ND or (out.dtype is not _F64 and out.dtype != _F64)
+                  or out.shape != xs
+                  or not out.flags.carray):      # C-contiguous, aligned and writeable
+                raise InputError(f"out= must be a writeable, aligned, C-contiguous float64 array "
+                                 f"of shape {X.shape}")
             values = np.empty(k)
             n = 1 if threads is None else min(threads, k)
-            n_in = self._program.n_in
-            if not self._batch_lock.acquire(blocking=False):
+            if not self._batch_lock.acquire(False):
                 self._status(RT_BUSY)
-            if n == 1:                      # no lists, no closure: ~2 us less a call
-                try:
-                    arena = self._wide_arena(0)
-                    xp = ffi.from_buffer("double[]", X)
-                    row = ffi.new("int64_t *")
-                    st = arena.run(self, 1, k, xp, ffi.from_buffer("double[]", values),
-                                   ffi.from_buffer("double[]", out), row)
-                finally:
-                    self._batch_lock.release()
-                if st != RT_OK:
-                    self._batch_error(st, arena, row[0], xp + row[0] * n_in)
-                return values, out
             try:
-                arenas = [self._wide_arena(j) for j in range(n)]
-                xp, vp, gp = (ffi.from_buffer("double[]", a) for a in (X, values, out))
-                rows = [ffi.new("int64_t *") for _ in range(n)]
-                bounds = [k * j // n for j in range(n + 1)]
-                run = lambda j: arenas[j].run(self, 1, bounds[j + 1] - bounds[j],
-                                              xp + bounds[j] * n_in, vp + bounds[j],
-                                              gp + bounds[j] * n_in, rows[j])
-                statuses = _split(n, run)
+                # X and out passed the checks above (dtype, shape, aligned,
+                # C-contiguous, writeable) on this call: the pointers of the
+                # same arrays last call are still theirs
+                last = self._batch_last
+                if last[0] is not X or last[2] is not out:
+                    last = self._batch_last = (X, _from_buffer(_DOUBLES, X), out,
+                                               _from_buffer(_DOUBLES, out))
+                # a wide program refuses only whole calls (no guards, no
+                # callbacks): no row cell to read back
+                if n == 1:                  # no lists, no closure: ~2 us less a call
+                    st = self._wide_run1(k, last[1], _from_buffer(_DOUBLES, values), last[3],
+                                         ffi.NULL)
+                else:
+                    st = self._wide_par(n, 1, k, last[1], _from_buffer(_DOUBLES, values), last[3])
             finally:
                 self._batch_lock.release()
-            for j, st in enumerate(statuses):
-                if st != RT_OK:
-                    row = bounds[j] + rows[j][0]
-                    self._batch_error(st, arenas[j], row, xp + row * n_in)
+            if st != RT_OK:
+                self._status(st)
             return values, out
         if self._program.out_shape != ():
             raise OutputError("batch_value_and_gradient() needs a gradient tape (scalar "
@@ -616,7 +660,10 @@ class CompiledTape:
         if self._use_wide(k):
             self._batch_run(Xf, k, threads, lambda arena, r0, r1, xp, row: arena.run(
                 self, 1, r1 - r0, xp, ffi.from_buffer("double[]", values[r0:r1]),
-                ffi.from_buffer("double[]", G[r0:r1]) if g_len else ffi.NULL, row), wide=True)
+                ffi.from_buffer("double[]", G[r0:r1]) if g_len else ffi.NULL, row), wide=True,
+                par=lambda n, xp: self._wide_par(
+                    n, 1, k, xp, ffi.from_buffer("double[]", values),
+                    ffi.from_buffer("double[]", G) if g_len else ffi.NULL))
             return values, self._batch_split(G, user, k)
         vg = lib.rt_batch_value_and_grad
         self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: vg(
@@ -633,7 +680,8 @@ class CompiledTape:
         if prog.out_len == 1 and self._use_wide(k):
             self._batch_run(Xf, k, threads, lambda arena, r0, r1, xp, row: arena.run(
                 self, 0, r1 - r0, xp, ffi.from_buffer("double[]", Y[r0:r1]), ffi.NULL, row),
-                wide=True)
+                wide=True, par=lambda n, xp: self._wide_par(
+                    n, 0, k, xp, ffi.from_buffer("double[]", Y), ffi.NULL))
             return Y.reshape((k,) + tuple(prog.out_shape))
         fwd = lib.rt_batch_forward
         self._batch_run(Xf, k, threads, lambda p, r0, r1, xp, row: fwd(
@@ -674,8 +722,10 @@ class CompiledTape:
                                  "needs the same number of rows")
             k = a.shape[0]
             arrs.append(a.reshape(k, int(np.prod(shape, dtype=np.int64))))
-        Xf = arrs[0] if len(arrs) == 1 else np.concatenate(arrs, axis=1)
-        return np.ascontiguousarray(Xf, dtype=np.float64), k
+        Xf = np.ascontiguousarray(arrs[0] if len(arrs) == 1 else np.concatenate(arrs, axis=1),
+                                  dtype=np.float64)
+        # C never sees a misaligned double* (np.frombuffer at an odd offset)
+        return (Xf if Xf.flags.aligned else Xf.copy()), k
 
     def _batch_grad_out(self, out, k):
         if out is None:
@@ -686,9 +736,9 @@ class CompiledTape:
         if self._single and len(self._grad_shapes) == 1:
             shape = (k,) + tuple(self._grad_shapes[0])
             if (type(out) is not np.ndarray or out.dtype != _F64 or out.shape != shape
-                    or not out.flags.writeable or not out.flags.c_contiguous):
-                raise InputError(f"out= must be a writeable C-contiguous float64 array of shape "
-                                 f"{shape}")
+                    or not out.flags.carray):      # C-contiguous, aligned and writeable
+                raise InputError(f"out= must be a writeable, aligned, C-contiguous float64 "
+                                 f"array of shape {shape}")
             return out.reshape(k, self._g_len), out
         shapes = [(k,) + tuple(s) for s in self._grad_shapes]
         if not isinstance(out, (tuple, list)) or len(out) != len(shapes):
@@ -726,9 +776,10 @@ class CompiledTape:
             self._wide = False if form is None or form[1] * _WIDE_B > _WIDE_MAX_VALUES else form
         return self._wide is not False
 
-    def _batch_run(self, Xf, k, threads, call, wide=False):
+    def _batch_run(self, Xf, k, threads, call, wide=False, par=None):
         """Run call(program, first row, end row, X pointer, row cell) over the rows,
-        split over `threads` threads; raises the first row's error."""
+        split over `threads` threads; raises the first row's error.  A wide run
+        on several threads is par(threads, X pointer) instead: the C pool."""
         if threads is None:
             threads = 1
         if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
@@ -736,6 +787,14 @@ class CompiledTape:
         n = max(1, min(int(threads), k))
         if not self._batch_lock.acquire(blocking=False):
             self._status(RT_BUSY)
+        if wide and n > 1:
+            try:
+                st = par(n, ffi.from_buffer("double[]", Xf))
+            finally:
+                self._batch_lock.release()
+            if st != RT_OK:
+                self._status(st)
+            return
         try:
             bounds = [k * j // n for j in range(n + 1)]
             n_in = self._program.n_in
@@ -762,6 +821,30 @@ class CompiledTape:
                 self._batch_error(st, arenas[j], row, xp + row * n_in)
         if k and self._tape is not None and not wide:
             self._tape._replayed_by = self._arena
+
+    @property
+    def _wide_run1(self):
+        """rt_batch_soa with value and gradient on the first wide arena, its
+        fixed arguments bound: call(k, X, values, G, row)."""
+        run = self.__dict__.get("_wide_run1_fn")
+        if run is None:
+            a, prog = self._wide_arena(0), self._program
+            run = self._wide_run1_fn = _partial(lib.rt_batch_soa, a.p, prog.n_in, self._g_len,
+                                                prog.out_off, 1, a.first_p, a.zero_p, a.zero.size)
+        return run
+
+    def _wide_par(self, n, with_grad, k, xp, values, G):
+        """rt_batch_soa_par over k rows on n wide arenas (the calling thread and
+        n - 1 pool threads in C, sharing the rows block by block)."""
+        n = min(n, _WIDE_MAX_PAR)
+        pws = self._wide_pws.get(n)
+        if pws is None:
+            arenas = [self._wide_arena(j) for j in range(n)]
+            pws = self._wide_pws[n] = ffi.new("rt_program *[]", [a.p for a in arenas])
+        a0 = self._wide_arenas[0]
+        prog = self._program
+        return lib.rt_batch_soa_par(pws, n, prog.n_in, self._g_len, prog.out_off, with_grad,
+                                    a0.first_p, a0.zero_p, a0.zero.size, k, xp, values, G)
 
     def _batch_arena(self, j):
         """The j-th extra pair of arenas for batched replay (built on first use)."""
@@ -1175,6 +1258,7 @@ class _BatchArena:
 _WIDE_B = lib.RT_SOA_LANES   # rows per dispatch of a wide program (csrc/batch.c)
 _WIDE_MIN_ROWS = 16   # fewer rows: the row loop (a wide block would be mostly padding)
 _WIDE_MAX_VALUES = 1 << 21   # per arena (16 MB): larger programs take the row loop
+_WIDE_MAX_PAR = lib.RT_SOA_MAX_PAR   # threads a wide batch uses at most
 
 
 def _aligned_zeros(n, align=64):

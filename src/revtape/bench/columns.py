@@ -255,7 +255,14 @@ def build_revtape(rec, x) -> Column:
     def vg(xx):
         return vgm(xx, out=g)
 
-    loop, call = _loop_of(vgm, xt, out=g)
+    # the call written out, as a user writes it: _loop_of's f(*args, **kwargs)
+    # would add a tuple and a dict per call that the bind column does not pay
+    def loop(n, vgm=vgm, xt=xt, g=g):
+        for _ in range(n):
+            vgm(xt, out=g)
+
+    def call():
+        return vgm(xt, out=g)
     return Column("revtape", vg, loop, call, rec.record_s + rec.compile_s,
                   "ctape.value_and_gradient(x, out=g)")
 
