@@ -99,6 +99,21 @@ typedef struct rt_program {
     int64_t hot_ns;       int64_t hot_max_ns;
 } rt_program;
 
+/* ctape.bind(x, g) as one C call (rt_bound_value_and_grad): compiled.py
+ * builds one for a program whose value_and_grad can only end RT_OK, RT_OK_HOT
+ * or RT_BUSY (no guard, no PYCALL, no checked kernel), so that no Python
+ * frame runs around the replay.  After each replay it stores mark_id into
+ * *mark (a cell shared by the bound calls of one tape: which arena holds the
+ * tape's last replay, compiled.py _FastMarks). */
+typedef struct rt_bound {
+    rt_program *p;
+    const double *x;      double *g;
+    int64_t *mark;        int64_t mark_id;
+    void (*on_hot)(void *ctx);  /* RT_OK_HOT: start the native build (may be NULL) */
+    void *hot_ctx;
+    int32_t status;       /* a status other than RT_OK the call could not raise (diagnostics) */
+} rt_bound;
+
 /* What a caller must read while its call still owns the program (once busy
  * is released another thread may overwrite the arena): see rt_forward_report. */
 typedef struct rt_report {
@@ -185,6 +200,12 @@ void rt_set_native(rt_program *p, const rt_native *n);
  * generated code that leaves some instructions to the VM: forward runs lo ..
  * hi-1, reverse hi-1 .. lo.  The caller owns the program.  RT_BADARG when
  * the range is not inside the program or p was not verified. */
+/* value_and_grad at b->x into b->g, returning the value: a concurrent
+ * replay of b->p (RT_BUSY) is waited for, not reported; RT_OK_HOT calls
+ * b->on_hot.  Any other status (compiled.py never binds a program that can
+ * return one) is left in b->status and the value is nan. */
+double rt_bound_value_and_grad(rt_bound *b);
+
 int rt_vm_forward_range(rt_program *p, int64_t lo, int64_t hi);
 int rt_vm_reverse_range(rt_program *p, int64_t lo, int64_t hi);
 
