@@ -224,3 +224,20 @@ def test_code_that_adds_to_an_adjoint_directly_sees_its_known_value():
     assert P.a(3) == "a3"
     assert P.a(4) == "a4" and 4 not in P.known           # still its start, 0.0
     assert P.add(4, "t") == "a4 += t;"
+
+
+def test_a_final_long_sum_moved_into_the_reverse_sweep_equals_the_vm(rng):
+    """_defer_last_sum: the program's closing CSUM is added up between the
+    reverse statements; the same additions in the same order."""
+    wl = workloads.rosenbrock_loop(n=12)
+    tape = rt.GradientTape(wl.f, wl.x0)
+    vm, nt = rt.compile(tape, native=False), rt.compile(tape, native=True)
+    src = native.translate(nt._code, nt._ints, native._layout(nt))
+    vg = src[src.index("static int rtn_vg"):]
+    o = int(nt._code[-1, 2])
+    assert f"const double c{o}_0 = " in vg and f"v[{o}] = c{o}_10;" in vg
+    _compare(vm, nt, wl.x0 + 0.1 * rng.normal(size=12))
+    x = wl.x0.copy()
+    x[3] = np.nan                                     # the sum goes nan, as the VM's does
+    assert _same(vm.value_and_gradient(x)[0], nt.value_and_gradient(x)[0])
+    assert _same(vm.forward(x), nt.forward(x))

@@ -43,7 +43,7 @@ from . import ops
 from .errors import RevtapeError, UnsupportedError
 
 # Bumped whenever the generated C changes shape: part of the cache key.
-NATIVE_VERSION = "4"
+NATIVE_VERSION = "6"
 FLAGS = ("-O2", "-std=c99", "-fno-math-errno", "-ffp-contract=off", "-D_DEFAULT_SOURCE",
          "-fPIC", "-shared")
 # Instructions per generated C function: gcc's optimiser is superlinear in
@@ -705,11 +705,11 @@ class _Sinker:
         keep, go = [], []
         for p in reversed(self.pending):             # p clashes with new, or with one going
             (go if self._clash(p, new) or any(self._clash(p, q) for q in go) else keep).append(p)
-        self.out.extend(p[0] for p in reversed(go))
+        self.out.extend((p[0], p[2]) for p in reversed(go))
         self.pending = keep[::-1] + [new]
 
     def flush_all(self):
-        self.out.extend(p[0] for p in self.pending)
+        self.out.extend((p[0], p[2]) for p in self.pending)
         self.pending = []
 
 
@@ -745,7 +745,7 @@ def _translate_scalar(rows, ints, layout):
             fl = (op & 0xFFFFFFFF) >> 16
             R.out = []
             st = _scalar_rev(R, names[i], fl, n, o, a, b, c, ints)
-            stmts.extend(R.out)                      # value loads: at once
+            stmts.extend((t, ()) for t in R.out)     # value loads: at once
             for text, writes in st:                  # CSUM: a statement per term
                 sched.add(text, {o}, writes - {o})
             R.touch = []
@@ -754,8 +754,25 @@ def _translate_scalar(rows, ints, layout):
         for s_ in sorted(R.adj):
             init = "d[%d]" % s_ if s_ in started else ("1.0" if s_ == out_off else "0.0")
             decls.append(f"double a{s_} = {init};")
-        backs = [f"d[{s_}] = {_lit(R.known[s_]) if s_ in R.known else f'a{s_}'};"
-                 for s_ in sorted(R.adj) if s_ not in defined]
+        # An adjoint this piece hands back (an input's gradient, or one an
+        # earlier piece continues) is stored right after the last statement
+        # that adds to it: its local dies there instead of living, spilled,
+        # to the end of the reverse sweep.
+        last = {}
+        for j, (_, writes) in enumerate(stmts):
+            for s_ in writes:
+                last[s_] = j
+        after = {}
+        backs = []
+        for s_ in sorted(R.adj):
+            if s_ in defined:
+                continue
+            text = f"d[{s_}] = {_lit(R.known[s_]) if s_ in R.known else f'a{s_}'};"
+            if s_ in last and s_ not in R.known:
+                after.setdefault(last[s_], []).append(text)
+            else:
+                backs.append(text)
+        stmts = [t for j, (text, _) in enumerate(stmts) for t in [text] + after.get(j, [])]
         # an adjoint defined here and touched by a later piece came in through
         # the arena (started); defined-only-here adjoints need no write-back
         started |= R.adj
@@ -790,6 +807,7 @@ def _assemble_scalar(rows, ints, layout):
         (P, _), (_, decls, stmts, backs) = fwd_bodies[0], rev_parts[0]
         out.append(f"static int rtn_vg{head}")
         fwd = [s_ for s_ in P.out if not ((m := _STORE.match(s_)) and int(m.group(1)) not in keep)]
+        fwd, stmts = _defer_last_sum(rows, ints, fwd, stmts)
         out.extend("    " + s_ + "\n" for s_ in fwd + decls + stmts + backs)
         out.append(seeds + "    return RT_OK;\n}\n")
     else:
@@ -804,6 +822,33 @@ def _assemble_scalar(rows, ints, layout):
     out.append("static const rt_native rtn_native = { rtn_fwd, NULL, rtn_vg };\n")
     out.append(_EPILOGUE)
     return "".join(out)
+
+
+def _defer_last_sum(rows, ints, fwd, stmts):
+    """A program ending in a long CSUM (a log density's sum of terms, the
+    Rosenbrock loop's sum) adds its terms in a chain of dependent additions
+    that nothing in the reverse sweep waits for: its partial sums move into
+    the reverse statements, spread evenly, so the chain's latency overlaps
+    the reverse work.  The same additions in the same order: the same bits."""
+    op, n, o, a, b, c = rows[-1]
+    if ops.VM_OPCODES[op & 0xFFFF] != "CSUM" or n < 8 or any(
+            o in (r[3], r[4], r[5]) for r in rows[:-1]):
+        return fwd, stmts
+    define, store = f"const double x{o} = ", f"v[{o}] = x{o};"
+    if sum(s_.startswith(define) for s_ in fwd) != 1 or store not in fwd:
+        return fwd, stmts
+    fwd = [s_ for s_ in fwd if not s_.startswith(define) and s_ != store]
+    sums, prev = [], f"x{a}"
+    for k, e in enumerate(ints[c:c + n]):
+        sums.append(f"const double c{o}_{k} = {prev} {'+' if e >= 0 else '-'} x{e if e >= 0 else ~e};")
+        prev = f"c{o}_{k}"
+    step = max(1, len(stmts) // n)
+    merged = []
+    for j, s_ in enumerate(stmts):
+        if j % step == 0 and sums:
+            merged.append(sums.pop(0))
+        merged.append(s_)
+    return fwd, merged + sums + [f"v[{o}] = {prev};"]
 
 
 def _vm_runs(stmts, lo, hi, sweep):
