@@ -53,7 +53,7 @@
 #endif
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define RT_KCLONES __attribute__((target_clones("avx2", "default")))
+#define RT_KCLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define RT_KCLONES
 #endif
@@ -450,6 +450,20 @@ void rt_kf_AXPY(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c
  * (what bounds it) hides the other two.  The compiler fuses only where a's
  * and c's adjoint regions are disjoint or the same slots, and b's is apart
  * from both, so this order is the pair's for every slot. */
+/* AXPY's reverse into u and v (flags 1 and 4) when their adjoint regions
+ * do not overlap: one vectorisable loop (the overlapping case, u + s*u,
+ * keeps the ordered loop below). */
+RT_KCLONES static void rt_kxp_axpy_rev_ac(int64_t n, double *restrict da, double *restrict dc,
+                                          const double *restrict go, double t)
+{
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const double g = go[i];
+        da[i] += RT_AZ(g, 1.0);
+        dc[i] += RT_AZ(g, t);
+    }
+}
+
 void rt_kr_AXPY(uint32_t fl, int64_t n, double *d, const double *v,
                 int64_t o, int64_t a, int64_t b, int64_t c)
 {
@@ -458,6 +472,10 @@ void rt_kr_AXPY(uint32_t fl, int64_t n, double *d, const double *v,
     const double t = v[b];
     double sb = 0.0;
     int64_t i;
+    if ((fl & 7) == 5 && (a + n <= c || c + n <= a)) {
+        rt_kxp_axpy_rev_ac(n, da, dc, go, t);
+        return;
+    }
     switch (fl & 7) {
     case 1:
         for (i = 0; i < n; i++)

@@ -523,43 +523,31 @@ int rt_linalg_lengths(int op, const int32_t *rec, int64_t n, int64_t *la, int64_
                       int64_t *scratch, int64_t *ls, char *why, int64_t why_len)
 {
     const int64_t N = rec[0], M = rec[1], flags = rec[2];
-    int64_t out;
+    int64_t out, square, max_flags;
     *scratch = rec[3];
-    *lb = -1;
     if (N < 0 || M < 0) {
         snprintf(why, (size_t)why_len, "negative shape (N %lld, M %lld)", (long long)N,
                  (long long)M);
         return 1;
     }
-    if (flags < 0 || flags > 7 || (flags != 0 && op != RT_OP_TRISOLVE)) {
-        snprintf(why, (size_t)why_len, "bad flags %lld", (long long)flags);
-        return 1;
-    }
-    *la = N * N;
-    if (op == RT_OP_CUMSUM || op == RT_OP_CUMPROD) {
-        /* N segments of M contiguous elements, scanned independently */
-        *la = N * M;
-        *ls = 0;
-        if (N * M != n) {
-            snprintf(why, (size_t)why_len, "n = %lld is not N*M = %lld*%lld", (long long)n,
-                     (long long)N, (long long)M);
-            return 1;
-        }
-        return 0;
-    }
+    /* each kernel's lengths are its op row's (ops.Linalg), generated */
     switch (op) {
-    case RT_OP_CHOLESKY: out = N * N; *ls = N * N; break;
-    case RT_OP_TRISOLVE: out = N * M; *lb = N * M; *ls = N * M; break;
-    case RT_OP_SOLVE:    out = N * M; *lb = N * M; *ls = N * N + N + N * M; break;
-    case RT_OP_INV:      out = N * N; *ls = 2 * N * N + N; break;
-    case RT_OP_SLOGDET:  out = 2; *ls = 2 * N * N + N; break;
-    case RT_OP_EIGH:     out = N + N * N; *ls = 3 * N * N; break;
+#define RT_LENGTHS_(NAME, A, B, OUT, SCRATCH, SQUARE, FLAGS) \
+    case RT_OP_##NAME: \
+        *la = (A); *lb = (B); out = (OUT); *ls = (SCRATCH); \
+        square = (SQUARE); max_flags = (FLAGS); \
+        break;
+    RT_LINALG_LENGTHS(RT_LENGTHS_)
+#undef RT_LENGTHS_
     default:
         snprintf(why, (size_t)why_len, "not a linear-algebra opcode");
         return 1;
     }
-    if ((op == RT_OP_CHOLESKY || op == RT_OP_INV || op == RT_OP_SLOGDET || op == RT_OP_EIGH)
-        && M != N) {
+    if (flags < 0 || flags > max_flags) {
+        snprintf(why, (size_t)why_len, "bad flags %lld", (long long)flags);
+        return 1;
+    }
+    if (square && M != N) {
         snprintf(why, (size_t)why_len, "M = %lld must equal N = %lld", (long long)M, (long long)N);
         return 1;
     }

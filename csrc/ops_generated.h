@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "381588c8c9e3e9eb"
+#define RT_OP_TABLE_HASH "01c307d61765b676"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -153,7 +153,9 @@
     X(PYCALL) \
     X(GAXPY) \
     X(SSD) \
-    X(GATHER_IDX)
+    X(GATHER_IDX) \
+    X(BLOCK) \
+    X(ENDBLOCK)
 
 /* Differentiable unary ops: X(NAME, value in x, d/dx in x and f) */
 #define RT_UNARY(X) \
@@ -253,6 +255,18 @@
     X(EIGH) \
     X(CUMSUM) \
     X(CUMPROD)
+
+/* Their lengths in N, M (the ints record's first words; rows' ops.Linalg):
+ * X(NAME, a, b (-1: none), out, scratch, M must equal N, largest flags word) */
+#define RT_LINALG_LENGTHS(X) \
+    X(CHOLESKY, (N * N), (-1), (N * N), (N * N), 1, 0) \
+    X(TRISOLVE, (N * N), (N * M), (N * M), (N * M), 0, 7) \
+    X(SOLVE, (N * N), (N * M), (N * M), (N * N + N + N * M), 0, 0) \
+    X(INV, (N * N), (-1), (N * N), (2 * N * N + N), 1, 0) \
+    X(SLOGDET, (N * N), (-1), (2), (2 * N * N + N), 1, 0) \
+    X(EIGH, (N * N), (-1), (N + N * N), (3 * N * N), 1, 0) \
+    X(CUMSUM, (N * M), (-1), (N * M), (0), 0, 0) \
+    X(CUMPROD, (N * M), (-1), (N * M), (0), 0, 0)
 
 /* Branch guards: X(NAME, predicate in x y) */
 #define RT_GUARDS(X) \
@@ -447,7 +461,9 @@ enum {
     X(PYCALL, COUNT, N, SLOT, LEN, INTS, 1, 1, "operand count") \
     X(GAXPY, COUNT, N, CUSTOM, ONE, INTS, 7, 1, "") \
     X(SSD, COUNT, ONE, N, N, NONE, 3, 0, "") \
-    X(GATHER_IDX, COUNT, N, B, LEN, N, 1, 0, "input length")
+    X(GATHER_IDX, COUNT, N, B, LEN, N, 1, 0, "input length") \
+    X(BLOCK, COUNT1, CUSTOM, NONE, NONE, NONE, 1, 1, "") \
+    X(ENDBLOCK, COUNT1, CUSTOM, NONE, NONE, NONE, 1, 1, "")
 
 /* Hand-written kernels (csrc/instr/) with derivatives: X(NAME) */
 #define RT_HAND(X) \
@@ -479,6 +495,127 @@ enum {
 #define RT_CHECKED(X) \
     X(GATHER_IDX)
 
+/* Instructions a BLOCK may hold (isa.Instr.blockable): X(NAME) */
+#define RT_BLOCKABLE(X) \
+    X(NEG) \
+    X(COPY) \
+    X(EXP) \
+    X(LOG) \
+    X(LOG1P) \
+    X(EXPM1) \
+    X(SQRT) \
+    X(SQUARE) \
+    X(RECIPROCAL) \
+    X(SIN) \
+    X(COS) \
+    X(TAN) \
+    X(TANH) \
+    X(SINH) \
+    X(COSH) \
+    X(ARCTAN) \
+    X(ABS) \
+    X(GAMMALN) \
+    X(DIGAMMA) \
+    X(TRIGAMMA) \
+    X(EXPIT) \
+    X(LOG_EXPIT) \
+    X(ERF) \
+    X(ARCSIN) \
+    X(ARCCOS) \
+    X(ARCSINH) \
+    X(ARCCOSH) \
+    X(ARCTANH) \
+    X(SINC) \
+    X(ERFC) \
+    X(ERFCX) \
+    X(NDTR) \
+    X(LOG_NDTR) \
+    X(NDTRI) \
+    X(ERFINV) \
+    X(LOGIT) \
+    X(I0E) \
+    X(I1E) \
+    X(ADD_VV) \
+    X(ADD_VS) \
+    X(ADD_SV) \
+    X(SUB_VV) \
+    X(SUB_VS) \
+    X(SUB_SV) \
+    X(MUL_VV) \
+    X(MUL_VS) \
+    X(MUL_SV) \
+    X(DIV_VV) \
+    X(DIV_VS) \
+    X(DIV_SV) \
+    X(POW_VV) \
+    X(POW_VS) \
+    X(POW_SV) \
+    X(MAXIMUM_VV) \
+    X(MAXIMUM_VS) \
+    X(MAXIMUM_SV) \
+    X(MINIMUM_VV) \
+    X(MINIMUM_VS) \
+    X(MINIMUM_SV) \
+    X(LOGADDEXP_VV) \
+    X(LOGADDEXP_VS) \
+    X(LOGADDEXP_SV) \
+    X(XLOGY_VV) \
+    X(XLOGY_VS) \
+    X(XLOGY_SV) \
+    X(ARCTAN2_VV) \
+    X(ARCTAN2_VS) \
+    X(ARCTAN2_SV) \
+    X(XLOG1PY_VV) \
+    X(XLOG1PY_VS) \
+    X(XLOG1PY_SV) \
+    X(BETALN_VV) \
+    X(BETALN_VS) \
+    X(BETALN_SV) \
+    X(GAMMAINC_VV) \
+    X(GAMMAINC_VS) \
+    X(GAMMAINC_SV) \
+    X(GAMMAINCC_VV) \
+    X(GAMMAINCC_VS) \
+    X(GAMMAINCC_SV) \
+    X(AZMUL_VV) \
+    X(AZMUL_VS) \
+    X(AZMUL_SV) \
+    X(LT_VV) \
+    X(LT_VS) \
+    X(LT_SV) \
+    X(LE_VV) \
+    X(LE_VS) \
+    X(LE_SV) \
+    X(GT_VV) \
+    X(GT_VS) \
+    X(GT_SV) \
+    X(GE_VV) \
+    X(GE_VS) \
+    X(GE_SV) \
+    X(EQ_VV) \
+    X(EQ_VS) \
+    X(EQ_SV) \
+    X(NE_VV) \
+    X(NE_VS) \
+    X(NE_SV) \
+    X(LOGICAL_AND_VV) \
+    X(LOGICAL_AND_VS) \
+    X(LOGICAL_AND_SV) \
+    X(LOGICAL_OR_VV) \
+    X(LOGICAL_OR_VS) \
+    X(LOGICAL_OR_SV) \
+    X(LOGICAL_NOT) \
+    X(SIGN) \
+    X(FLOOR) \
+    X(CEIL) \
+    X(STOP_GRADIENT) \
+    X(WHERE_VV) \
+    X(WHERE_VS) \
+    X(WHERE_SV) \
+    X(CLIP) \
+    X(AXPY) \
+    X(SQDIFF)
+
 /* Own verify functions: X(NAME, rt_verify_ suffix) */
 #define RT_VERIFY(X) \
     X(CHOLESKY, LINALG) \
@@ -495,6 +632,8 @@ enum {
     X(MATMUL, MATMUL) \
     X(CSUM, CSUM) \
     X(PYCALL, PYCALL) \
-    X(GAXPY, GAXPY)
+    X(GAXPY, GAXPY) \
+    X(BLOCK, BLOCK) \
+    X(ENDBLOCK, ENDBLOCK)
 
 #endif

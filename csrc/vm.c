@@ -64,7 +64,7 @@
  * prediction is sensitive (growing an unrelated function once slowed scalar
  * code measurably), then no longer moves when other functions change. */
 #if defined(__GNUC__)
-#define RT_HOT __attribute__((hot))
+#define RT_HOT __attribute__((hot, aligned(64)))
 #else
 #define RT_HOT
 #endif
@@ -80,7 +80,7 @@ enum {
     RT_N_CASES_ = 0 RT_UNARY(RT_COUNT1_) RT_UNARY_ND(RT_COUNT1_) RT_BINARY(RT_COUNT3_)
                   RT_BINARY_ND(RT_COUNT3_) RT_GUARDS(RT_COUNT1_) RT_HAND(RT_COUNT1_)
                   RT_HAND_ND(RT_COUNT1_) RT_CHECKED(RT_COUNT1_) RT_LINALG(RT_COUNT1_)
-                  + 1 /* PYCALL */
+                  + 1 /* PYCALL */ + 2 /* BLOCK, ENDBLOCK */
 };
 typedef char rt_every_opcode_has_a_case_[((int)RT_N_CASES_ == (int)RT_NUM_OPS) ? 1 : -1];
 typedef char rt_every_opcode_has_a_layout_[(0 RT_INSTRS(RT_COUNT1_)) == RT_NUM_OPS ? 1 : -1];
@@ -157,6 +157,21 @@ int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys
     }
 #define FWD_LINALG(NAME) VM_CASE(NAME) { rt_linalg_forward(RT_OP_##NAME, v, ints + c, o, a, b); VM_NEXT; }
 
+/* Out of line: inlined, their stack buffers and loops would change the
+ * sweeps' register allocation, which scalar code's dispatch is sensitive to. */
+#if defined(__GNUC__)
+#define RT_NOINLINE __attribute__((noinline))
+#else
+#define RT_NOINLINE
+#endif
+RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w);
+RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w);
+static int rt_run_tangent(const rt_program *p);
+RT_NOINLINE static void rt_block_tangent(const rt_program *p, const int32_t *w);
+RT_NOINLINE static int64_t rt_block_reverse_at(const rt_program *p, int64_t pc, int64_t lo);
+RT_NOINLINE static int64_t rt_block_forward_at(rt_program *p, int64_t pc, int64_t hi);
+RT_NOINLINE static int64_t rt_block_tangent_at(const rt_program *p, int64_t pc);
+
 /* Instructions [lo, hi): the whole program, or a range the native tier
  * leaves to the VM (rt_vm_forward_range). */
 RT_HOT static int rt_run_forward_range(rt_program *p, int64_t lo, int64_t hi)
@@ -192,6 +207,13 @@ vm_next:
                 return RT_CALLBACK_FAILED;
             VM_NEXT;
         }
+        VM_CASE(BLOCK) {
+            /* the members, tile by tile (csrc/instr/block.h); the range
+             * entry points refuse a range that cuts a block */
+            pc = rt_block_forward_at(p, pc, n_instr);   /* its ENDBLOCK's pc */
+            VM_NEXT;
+        }
+        VM_CASE(ENDBLOCK) { VM_NEXT; }
 #if !RT_COMPUTED_GOTO
         default:
             /* Unreachable after rt_verify, which rejects unknown opcodes. */
@@ -293,12 +315,152 @@ vm_next:
                 return RT_CALLBACK_FAILED;
             VM_NEXT;
         }
+        VM_CASE(ENDBLOCK) {
+            pc = rt_block_reverse_at(p, pc, lo);    /* the pc of its BLOCK */
+            VM_NEXT;
+        }
+        VM_CASE(BLOCK) { VM_NEXT; }
 #if !RT_COMPUTED_GOTO
         default:
             return RT_UNVERIFIED;           /* unreachable after rt_verify */
 #endif
         }
     }
+}
+
+/* ------------------------------------------------------------------ blocks
+ * BLOCK's sweeps (csrc/instr/block.h): the VM's own sweep over the member
+ * words of one tile at a time (w: the BLOCK's words).  Members are
+ * elementwise instructions that return no status. */
+RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w)
+{
+    int32_t buf[RT_BLOCK_MAX * RT_WORDS];
+    rt_program q = *p;
+    rt_block bk;
+    int64_t t;
+    rt_block_init(&bk, w);
+    q.code = buf;
+    for (t = 0; t < bk.n; t += bk.T) {
+        q.n_instr = rt_block_tile(&bk, t, bk.n - t < bk.T ? bk.n - t : bk.T, 0, buf);
+        (void)rt_run_forward_range(&q, 0, q.n_instr);
+    }
+}
+
+/* Tiles in ascending order (the order blocks.py checks), each running its
+ * members' reverses last member first: every slot receives one member's
+ * contributions in element order, as the member's own loop adds them.
+ * Tile-local results are recomputed first and their adjoints start at 0. */
+RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w)
+{
+    int32_t buf[RT_BLOCK_MAX * RT_WORDS];
+    rt_program q = *p;
+    rt_block bk;
+    int64_t t, len;
+    rt_block_init(&bk, w);
+    q.code = buf;
+    for (t = 0; t < bk.n; t += bk.T) {
+        len = bk.n - t < bk.T ? bk.n - t : bk.T;
+        if (bk.mask) {
+            q.n_instr = rt_block_tile(&bk, t, len, 1, buf);
+            (void)rt_run_forward_range(&q, 0, q.n_instr);
+            memset(p->adj + bk.s0, 0, (size_t)(bk.s1 - bk.s0) * sizeof(double));
+        }
+        q.n_instr = rt_block_tile(&bk, t, len, 0, buf);
+        (void)rt_run_reverse_range(&q, 0, q.n_instr);
+    }
+}
+
+/* The forward sweep's BLOCK at pc: the block, when it ends before hi (the
+ * range entry points refuse a range that cuts one); returns the pc to
+ * continue from (its ENDBLOCK's).  Called, not inlined, so that the sweeps'
+ * dispatch code stays as it was (scalar code is sensitive to it). */
+RT_NOINLINE static int64_t rt_block_forward_at(rt_program *p, int64_t pc, int64_t hi)
+{
+    const int32_t *w = p->code + pc * RT_WORDS;
+    if (pc + w[2] + 1 >= hi)
+        return pc;
+    rt_block_forward(p, w);
+    return pc + w[2] + 1;
+}
+
+RT_NOINLINE static int64_t rt_block_tangent_at(const rt_program *p, int64_t pc)
+{
+    const int32_t *w = p->code + pc * RT_WORDS;
+    rt_block_tangent(p, w);
+    return pc + w[2] + 1;
+}
+
+/* The reverse sweep's ENDBLOCK at pc: the block's reverse when the whole
+ * block is in the sweep's range [lo, ..); returns the pc to continue from
+ * (its BLOCK's, which the sweep then steps past). */
+RT_NOINLINE static int64_t rt_block_reverse_at(const rt_program *p, int64_t pc, int64_t lo)
+{
+    const int32_t *w = p->code + pc * RT_WORDS;
+    const int64_t m = w[2];
+    if (pc - m - 1 < lo)
+        return pc;
+    rt_block_reverse(p, w - (m + 1) * RT_WORDS);
+    return pc - m - 1;
+}
+
+RT_NOINLINE static void rt_block_tangent(const rt_program *p, const int32_t *w)
+{
+    int32_t buf[RT_BLOCK_MAX * RT_WORDS];
+    rt_program q = *p;
+    rt_block bk;
+    int64_t t, len;
+    rt_block_init(&bk, w);
+    q.code = buf;
+    for (t = 0; t < bk.n; t += bk.T) {
+        len = bk.n - t < bk.T ? bk.n - t : bk.T;
+        if (bk.mask) {
+            q.n_instr = rt_block_tile(&bk, t, len, 1, buf);
+            (void)rt_run_forward_range(&q, 0, q.n_instr);
+            memset(p->adj + bk.s0, 0, (size_t)(bk.s1 - bk.s0) * sizeof(double));
+        }
+        q.n_instr = rt_block_tile(&bk, t, len, 0, buf);
+        (void)rt_run_tangent(&q);
+    }
+}
+
+/* A block's members as its first and its last tile run them: every region
+ * any tile touches lies between the two (operands shift by the tile's
+ * start, scratch slots do not), so these checks cover all tiles. */
+static int rt_verify_instr(rt_vctx *vc, const int32_t *w);
+
+static int rt_verify_block_members(rt_vctx *vc, const int32_t *w)
+{
+    int32_t buf[RT_BLOCK_MAX * RT_WORDS];
+    const int64_t pc = vc->pc;
+    rt_block bk;
+    int64_t k, len, pass;
+    rt_block_init(&bk, w);
+    len = bk.n < bk.T ? bk.n : bk.T;
+    for (pass = 0; pass < 2; pass++) {
+        (void)rt_block_tile(&bk, pass ? bk.n - len : 0, len, 0, buf);
+        for (k = 0; k < bk.m; k++) {
+            vc->pc = pc + 1 + k;
+            if (!rt_verify_instr(vc, buf + k * RT_WORDS))
+                return 0;
+        }
+    }
+    vc->pc = pc;
+    return 1;
+}
+
+/* 1 when [lo, hi) does not cut a block (a range entry point's check). */
+static int rt_range_whole(const rt_program *p, int64_t lo, int64_t hi)
+{
+    int64_t k, edge, i;
+    for (i = 0; i < 2; i++) {
+        edge = i ? hi : lo;
+        for (k = edge - 1; k >= 0 && k >= edge - RT_BLOCK_MAX - 1; k--) {
+            const int32_t *w = p->code + k * RT_WORDS;
+            if ((w[0] & RT_OPCODE_MASK) == RT_OP_BLOCK && k + w[2] + 1 >= edge)
+                return 0;
+        }
+    }
+    return 1;
 }
 
 /* ------------------------------------------------------------------ tangent
@@ -396,6 +558,11 @@ vm_next:
                 return RT_CALLBACK_FAILED;
             VM_NEXT;
         }
+        VM_CASE(BLOCK) {
+            pc = rt_block_tangent_at(p, pc);
+            VM_NEXT;
+        }
+        VM_CASE(ENDBLOCK) { VM_NEXT; }
 #if !RT_COMPUTED_GOTO
         default:
             return RT_UNVERIFIED;           /* unreachable after rt_verify */
@@ -544,9 +711,15 @@ static int rt_verify_program(rt_vctx *vc)
                         (long long)p->out_off, (long long)p->out_len, (long long)p->n_vals);
 
     for (pc = 0; pc < p->n_instr; pc++) {
+        const int32_t *w = p->code + pc * RT_WORDS;
         vc->pc = pc;
-        if (!rt_verify_instr(vc, p->code + pc * RT_WORDS))
+        if (!rt_verify_instr(vc, w))
             return 0;
+        if ((w[0] & RT_OPCODE_MASK) == RT_OP_BLOCK) {   /* members run only through it */
+            if (!rt_verify_block_members(vc, w))
+                return 0;
+            pc += w[2];
+        }
     }
     return 1;
 }
@@ -657,6 +830,8 @@ int rt_vm_forward_range(rt_program *p, int64_t lo, int64_t hi)
     if (p == NULL || lo < 0 || hi < lo || hi > p->n_instr
         || !__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
         return RT_BADARG;
+    if (!rt_range_whole(p, lo, hi))
+        return RT_BADARG;
     return rt_run_forward_range(p, lo, hi);
 }
 
@@ -664,6 +839,8 @@ int rt_vm_reverse_range(rt_program *p, int64_t lo, int64_t hi)
 {
     if (p == NULL || lo < 0 || hi < lo || hi > p->n_instr
         || !__atomic_load_n(&p->verified, __ATOMIC_ACQUIRE))
+        return RT_BADARG;
+    if (!rt_range_whole(p, lo, hi))
         return RT_BADARG;
     return rt_run_reverse_range(p, lo, hi);
 }

@@ -196,16 +196,18 @@ int rt_batch_soa(rt_program *pw, int64_t n_in, int64_t n_grad, int64_t out_off,
  * started with, the next one uses n.  n must stay valid while p lives. */
 void rt_set_native(rt_program *p, const rt_native *n);
 
-/* The VM's sweeps over instructions [lo, hi) of a verified program, for
- * generated code that leaves some instructions to the VM: forward runs lo ..
- * hi-1, reverse hi-1 .. lo.  The caller owns the program.  RT_BADARG when
- * the range is not inside the program or p was not verified. */
 /* value_and_grad at b->x into b->g, returning the value: a concurrent
  * replay of b->p (RT_BUSY) is waited for, not reported; RT_OK_HOT calls
  * b->on_hot.  Any other status (compiled.py never binds a program that can
  * return one) is left in b->status and the value is nan. */
 double rt_bound_value_and_grad(rt_bound *b);
 
+/* The VM's sweeps over instructions [lo, hi) of a verified program, for
+ * generated code that leaves some instructions to the VM: forward runs lo ..
+ * hi-1, reverse hi-1 .. lo.  The caller owns the program.  RT_BADARG when
+ * the range is not inside the program, cuts a tiled block (BLOCK ..
+ * ENDBLOCK, csrc/instr/block.h: it runs whole or not at all) or p was not
+ * verified. */
 int rt_vm_forward_range(rt_program *p, int64_t lo, int64_t hi);
 int rt_vm_reverse_range(rt_program *p, int64_t lo, int64_t hi);
 

@@ -1454,3 +1454,19 @@ def test_first_call_does_not_scan_the_heap_and_still_sees_code_swaps(monkeypatch
         np.testing.assert_allclose(g(X3), 3 * X3 ** 2 + 2)
     finally:
         _helper.__code__, Terms.term.__code__ = old_helper, old_term
+
+
+def test_the_warning_for_draws_that_cannot_stay_on_the_tape_points_at_the_call():
+    # the second recording (plain draws, after float() refused a tracked draw)
+    # warns from deeper inside revtape: the warning still names the user's line
+    rng = np.random.default_rng(0)
+
+    def f(x):
+        return np.sum(x) * float(rng.normal(size=3)[0])
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        rt.grad(f)(X3)
+    (draw,) = [x for x in w if issubclass(x.category, rt.RandomDrawWarning)]
+    assert "could not stay on the tape" in str(draw.message)
+    assert draw.filename == __file__

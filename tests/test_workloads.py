@@ -52,7 +52,7 @@ def wl(request):
 
 def test_registry():
     assert set(W.ALL) == {"eight-schools", "rosenbrock-loop", "rosenbrock-vec", "logreg", "chain",
-                          "radon"}
+                          "radon", "student-t"}
     for name, factory in W.ALL.items():
         w = factory()
         assert w.name == name
@@ -63,7 +63,7 @@ def test_registry():
 def test_one_registry_in_bench_order():
     from revtape.bench import cli, peers
     assert list(W.WORKLOADS) == ["eight-schools", "rosenbrock-loop", "rosenbrock-vec", "logreg",
-                                 "chain", "gp", "radon", "mvn"]
+                                 "chain", "gp", "radon", "mvn", "student-t"]
     assert set(W.EXTRA) == {"gp", "mvn"} and set(W.ALL) | set(W.EXTRA) == set(W.WORKLOADS)
     assert cli.WORKLOADS == list(W.WORKLOADS) + ["hmc", "threads"]
     assert cli.PEER_NAMES is peers.PEERS

@@ -77,6 +77,37 @@ double ref_logreg_vg(const double *beta, double *g, const double *X, const doubl
     return lp - 0.5 * prior;
 }
 
+double ref_student_t_vg(const double *x, double *g, const double *X, const double *y,
+                        int64_t N, int64_t D, double nu)
+{
+    const double sigma = x[D], inv_s = 1.0 / sigma, c = -0.5 * (nu + 1.0);
+    const double k = 2.0 * c / nu;
+    double lp = 0.0, wz = 0.0, bb = 0.0;
+    int64_t i, j;
+    for (j = 0; j < D; j++)
+        g[j] = 0.0;
+    for (i = 0; i < N; i++) {
+        const double *xi = X + i * D;
+        double eta = 0.0;
+        for (j = 0; j < D; j++)
+            eta += xi[j] * x[j];
+        const double z = (y[i] - eta) * inv_s;
+        const double u = z * z / nu;
+        const double w = k * z / (1.0 + u);         /* d lp / d z */
+        lp += log1p(u);
+        wz += w * z;
+        const double gw = -w * inv_s;               /* d lp / d eta */
+        for (j = 0; j < D; j++)
+            g[j] += gw * xi[j];
+    }
+    for (j = 0; j < D; j++) {
+        g[j] -= x[j] / 25.0;
+        bb += x[j] * x[j];
+    }
+    g[D] = -wz * inv_s - (double)N * inv_s - sigma;
+    return c * lp - (double)N * log(sigma) - 0.5 * bb / 25.0 - 0.5 * sigma * sigma;
+}
+
 double ref_chain_vg(const double *x, double *g, int64_t L, double *work)
 {
     double y = x[0];

@@ -29,6 +29,12 @@ double ref_rosenbrock_vg(const double *x, double *g, int64_t n);
 double ref_logreg_vg(const double *beta, double *g, const double *X, const double *y,
                      int64_t N, int64_t D);
 
+/* Student-t robust regression (src/revtape/bench/workloads.py student_t):
+ * x = [beta (D), sigma], g has D + 1 entries; X is N x D row-major, y has N
+ * entries, nu the degrees of freedom.  One pass over the observations. */
+double ref_student_t_vg(const double *x, double *g, const double *X, const double *y,
+                        int64_t N, int64_t D, double nu);
+
 /* y = x[0]; repeat L times: y = y + 0.001*sin(y + 0.1*k); returns y, g[0] = dy/dx0.
  * Forward pass stores the L intermediate y values in work (L doubles, caller
  * allocated), then a reverse sweep over them. */

@@ -72,5 +72,6 @@
 #include "matmul.h"      /* MATMUL */
 #include "linalg_ops.h"  /* the linalg.c family's verify */
 #include "pycall.h"      /* PYCALL: calls back into Python */
+#include "block.h"       /* BLOCK, ENDBLOCK: tiled elementwise runs (sweep cases in vm.c) */
 
 #endif

@@ -884,75 +884,100 @@ def _find(fn, args, kwargs, max_depth=3, arrays=False):
     """[(place, real generator, method name or None)] reachable from fn and
     its arguments (with arrays: also (place, float64 array, _ARRAY)), and
     whether code that may call np.random.* is reachable."""
-    out = []
-    seen = set()
-    legacy = [False]
+    finder = _Finder(arrays)
+    for a in list(args) + list((kwargs or {}).values()):
+        finder.value(a, None, max_depth)
+    finder.value(fn, None, max_depth)
+    return finder.out, finder.legacy
 
-    def value(v, place, depth):
+
+# values whose attributes hold no generator f could draw from
+_OPAQUE = (types.ModuleType, type, np.ndarray, np.generic, int, float, complex, str, bytes,
+           bool, type(None), types.BuiltinFunctionType, np.ufunc, _GEN, _RS,
+           _RandomStateStandIn)
+
+
+class _Finder:
+    """The walk of _find: values (and where they live: a place _install can
+    swap), the functions they reach (closure cells, the globals their code
+    names, defaults), containers and object attributes, `depth` links deep."""
+
+    def __init__(self, arrays):
+        self.out, self.seen, self.legacy, self.arrays = [], set(), False, arrays
+
+    def value(self, v, place, depth):
         t = type(v)
         if t is _GEN or t is _RS:
             if place is not None:
-                out.append((place, v, None))
+                self.out.append((place, v, None))
             return
         if t is np.ndarray:
-            if arrays and place is not None and v.dtype == np.float64 and \
-                    id(v) not in seen:
-                seen.add(id(v))
-                out.append((place, v, _ARRAY))
+            if self.arrays and place is not None and v.dtype == np.float64 and \
+                    id(v) not in self.seen:
+                self.seen.add(id(v))
+                self.out.append((place, v, _ARRAY))
             return
         if t is types.MethodType:
-            s = v.__self__
-            if type(s) in (_GEN, _RS) and place is not None:
-                if v.__name__ in (_G_SPECS.keys() | _G_DATA | _G_GENERIC if type(s) is _GEN
-                                  else _RS_SPECS.keys() | _RS_DATA | _RS_GENERIC):
-                    out.append((place, s, v.__name__))
-                return
-            value(s, None, depth)
-            function(v.__func__, depth)
+            self.method(v, place, depth)
             return
         if t is types.FunctionType:
-            function(v, depth)
+            self.function(v, depth)
             return
         if t is functools.partial:
-            function(v.func, depth)
+            self.function(v.func, depth)
             for a in v.args:
-                value(a, None, depth - 1)
+                self.value(a, None, depth - 1)
             return
         if v is np.random:
-            legacy[0] = True
+            self.legacy = True
             return
-        if id(v) in seen or depth <= 0:
+        if id(v) in self.seen or depth <= 0:
             return
+        if t is list or t is dict or t is tuple:
+            self.container(v, t, depth)
+            return
+        if isinstance(v, _OPAQUE) or getattr(v, "_is_tracked", False):
+            return
+        self.seen.add(id(v))
+        self.attributes(v, depth)
+
+    def method(self, v, place, depth):
+        """A bound method: a generator's drawing method is a place of its own
+        (f = rng.normal); any other reaches its object and its function."""
+        s = v.__self__
+        if type(s) in (_GEN, _RS) and place is not None:
+            if v.__name__ in (_G_SPECS.keys() | _G_DATA | _G_GENERIC if type(s) is _GEN
+                              else _RS_SPECS.keys() | _RS_DATA | _RS_GENERIC):
+                self.out.append((place, s, v.__name__))
+            return
+        self.value(s, None, depth)
+        self.function(v.__func__, depth)
+
+    def container(self, v, t, depth):
+        """List and dict items are places (up to 64); tuple items cannot be swapped."""
+        self.seen.add(id(v))
         if t is list:
-            seen.add(id(v))
             if len(v) <= 64:
                 for i, x in enumerate(v):
-                    value(x, ("index", v, i), depth - 1)
-            return
-        if t is dict:
-            seen.add(id(v))
+                    self.value(x, ("index", v, i), depth - 1)
+        elif t is dict:
             if len(v) <= 64:
                 for k, x in list(v.items()):
-                    value(x, ("item", v, k), depth - 1)
-            return
-        if t is tuple:
-            seen.add(id(v))
+                    self.value(x, ("item", v, k), depth - 1)
+        else:
             for x in v[:64]:
-                value(x, None, depth - 1)
-            return
-        if isinstance(v, (types.ModuleType, type, np.ndarray, np.generic, int, float, complex,
-                          str, bytes, bool, type(None), types.BuiltinFunctionType, np.ufunc,
-                          _GEN, _RS, _RandomStateStandIn)) \
-                or getattr(v, "_is_tracked", False):
-            return
-        seen.add(id(v))
+                self.value(x, None, depth - 1)
+
+    def attributes(self, v, depth):
+        """An object's __dict__ entries and __slots__ are places; its class's
+        (user-defined, heap type) functions and property getters are walked."""
         try:
             d = object.__getattribute__(v, "__dict__")
         except Exception:
             d = None
         if type(d) is dict and len(d) <= 256:
             for k, x in list(d.items()):
-                value(x, ("item", d, k), depth - 1)
+                self.value(x, ("item", d, k), depth - 1)
         for klass in type(v).__mro__:
             for name in klass.__dict__.get("__slots__", ()) or ():
                 if isinstance(name, str):
@@ -960,42 +985,39 @@ def _find(fn, args, kwargs, max_depth=3, arrays=False):
                         x = object.__getattribute__(v, name)
                     except Exception:
                         continue
-                    value(x, ("slot", v, name), depth - 1)
+                    self.value(x, ("slot", v, name), depth - 1)
             if klass.__module__ != "builtins" and klass.__flags__ & (1 << 9):
                 for x in list(klass.__dict__.values()):
                     if isinstance(x, (staticmethod, classmethod)):
                         x = x.__func__
                     if type(x) is types.FunctionType:
-                        function(x, depth)
+                        self.function(x, depth)
                     elif isinstance(x, property) and x.fget is not None:
-                        function(x.fget, depth)
+                        self.function(x.fget, depth)
 
-    def function(f, depth):
-        if id(f) in seen or type(f) is not types.FunctionType or \
+    def function(self, f, depth):
+        """A user function's closure cells and the globals its code names are
+        places; code naming `random` may call np.random.* (legacy)."""
+        if id(f) in self.seen or type(f) is not types.FunctionType or \
                 not is_user_file(f.__code__.co_filename):
             return
-        seen.add(id(f))
+        self.seen.add(id(f))
         for cell in f.__closure__ or ():
             try:
                 x = cell.cell_contents
             except ValueError:
                 continue
-            value(x, ("cell", cell, None), depth)
+            self.value(x, ("cell", cell, None), depth)
         globs = f.__globals__
         for code in _codes(f.__code__):
             names = code.co_names
             if "random" in names:
-                legacy[0] = True
+                self.legacy = True
             for name in names:
                 if name in globs:
-                    value(globs[name], ("item", globs, name), depth)
+                    self.value(globs[name], ("item", globs, name), depth)
         for d in (f.__defaults__ or ()):
-            value(d, None, depth - 1)
-
-    for a in list(args) + list((kwargs or {}).values()):
-        value(a, None, max_depth)
-    value(fn, None, max_depth)
-    return out, legacy[0]
+            self.value(d, None, depth - 1)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -67,6 +67,14 @@ def _new_double(_new=ffi.new, _t=ffi.typeof("double *")):
 class CompiledTape:
     """A tape lowered to the C VM.  Same replay methods as Tape, run in C."""
 
+    def __new__(cls, tape=None, *args, **kwargs):
+        # A HessianTape's program is a CompiledHessian (below) however it is
+        # built -- rt.compile, a deep copy, an unpickled copy (the pickle names
+        # CompiledTape's _rebuild, so pickles of either kind stay one format)
+        if cls is CompiledTape and isinstance(tape, HessianTape):
+            cls = CompiledHessian
+        return super().__new__(cls)
+
     def __init__(self, tape, guards=True, n_grad=None, _program=None, _pickled=False,
                  native="auto"):
         if native not in (False, True, "auto"):
@@ -76,7 +84,6 @@ class CompiledTape:
         self._tape = tape
         self._guards = guards
         self._n_grad_inputs = n_grad
-        self._kind = _kind_of(tape)
         self._parts = getattr(tape, "_parts", None)   # a HessianTape of a tuple input
         self._treedef = getattr(tape, "_treedef", None)   # a pytree input (pytree.py)
         self._hess = None
@@ -103,7 +110,8 @@ class CompiledTape:
                 f"this program was built for format {prog.format_version} / op table "
                 f"{prog.op_table_hash}, but this revtape has format {compiler.FORMAT_VERSION} / "
                 f"{ops.OP_TABLE_HASH}; recompile it from its tape")
-        _check_program(prog, self._tape, self._n_grad_inputs, self._kind, self._guards, pickled)
+        _check_program(prog, self._tape, self._n_grad_inputs, pickled)
+        self._check_kind(prog)
         # The verifier's word is only as good as the memory it read: the words
         # and the int table live in private bytes objects from here on, so
         # nothing (not even setflags(write=True) on ctape._code) can change
@@ -166,12 +174,19 @@ class CompiledTape:
         self._grad_shapes = _grad_shapes(prog, self._n_grad_inputs)
         self._g_len = prog.n_grad
         self._fast_shape = (self._x_shape if self._single and not self._in_float[0]
-                            and self._kind != "hessian" and prog.out_shape == ()
+                            and self._value_and_gradient_is_fast and prog.out_shape == ()
                             and prog.n_grad == prog.n_in and self._treedef is None else None)
         # the strides of a C-contiguous array of that shape: what the pointer
         # caches compare against (strides can be changed in place)
         self._c_strides = (np.empty(self._fast_shape or 0, dtype=np.float64).strides
                            if self._fast_shape is not None else None)
+
+    # the value and gradient are the program's output and input adjoints (a
+    # HessianTape's program computes a gradient: its value sits elsewhere)
+    _value_and_gradient_is_fast = True
+
+    def _check_kind(self, prog):
+        """What this kind of program needs beyond _check_program (CompiledHessian)."""
 
     # ------------------------------------------------ inspection
     @property
@@ -215,6 +230,10 @@ class CompiledTape:
                 params = prog.guards[out][0]
                 lines.append(f"{k:5d}  {name} @{a}, @{b} expect {bool(n)}   ; "
                              f"{params['where'][0]}:{params['where'][1]}")
+                continue
+            if ins.fmt == "block":          # tiled elementwise run (csrc/instr/block.h)
+                lines.append(f"{k:5d}  {name} {out} instructions x {n} elements, tile {a}"
+                             + (f", scratch @{b} mask {c:b}" if c else ""))
                 continue
             operands = self._operands(ins, n, a, b, c)
             adj = f"  adj {flags:03b}" if flags else ""
@@ -417,9 +436,7 @@ class CompiledTape:
 
     # ------------------------------------------------ replay
     def forward(self, x):
-        """Replay the forward pass at x; returns the output (f's value for a HessianTape)."""
-        if self._kind == "hessian":
-            return self._hessian_value_and_gradient(x, None)[0]
+        """Replay the forward pass at x; returns the output."""
         prog = self._program
         y = np.empty(prog.out_len)
         xp = self._x_ptr(x)
@@ -502,9 +519,7 @@ class CompiledTape:
             return None
 
     def _value_and_gradient(self, x, out):
-        """Every other case: tuples, floats, conversions, Hessian programs, errors."""
-        if self._kind == "hessian":
-            return self._hessian_value_and_gradient(x, out)
+        """Every other case: tuples, floats, conversions, errors."""
         g, user = self._grad_out(out)
         value = ffi.new("double *")      # per call: another thread's result never lands here
         xp = self._x_ptr(x)
@@ -599,9 +614,6 @@ class CompiledTape:
                     row = bounds[j] + rows[j][0]
                     self._batch_error(st, arenas[j], row, xp + row * n_in)
             return values, out
-        if self._kind == "hessian":
-            raise OutputError("batched replay of a HessianTape is not supported; batch the "
-                              "compiled GradientTape of the same function instead")
         if self._program.out_shape != ():
             raise OutputError("batch_value_and_gradient() needs a gradient tape (scalar "
                               "output); use batch_forward() for other outputs")
@@ -623,9 +635,6 @@ class CompiledTape:
     def batch_forward(self, X, threads=None):
         """The output at every row of X (shape ``(k,) + input shape``):
         ``values[k]`` for a scalar output, ``(k,) + output shape`` otherwise."""
-        if self._kind == "hessian":
-            raise OutputError("batched replay of a HessianTape is not supported; batch the "
-                              "compiled GradientTape of the same function instead")
         prog = self._program
         Xf, k = self._batch_rows(X)
         Y = np.empty((k, prog.out_len))
@@ -794,8 +803,8 @@ class CompiledTape:
         writes the gradient into g_buf and returns the value.  Both buffers are
         checked once, here: run() does not look at them again, so they must
         stay as they were bound (shape, strides, writeability)."""
-        if self._kind == "hessian" or self._program.out_shape != ():
-            raise OutputError("bind() needs a gradient tape (scalar output)")
+        if self._program.out_shape != ():
+            raise OutputError(_BIND_NEEDS)
         # One array input binds buffers of its shape; any input (floats, tuples,
         # pytrees) binds flat vectors in the layout of ctape.flatten(x): the C
         # program reads its inputs from one contiguous run either way.
@@ -885,10 +894,7 @@ class CompiledTape:
     def jacobian(self, x, out=None):
         """d output / d input at x (output.shape + input.shape): one reverse sweep per
         output element, all in C."""
-        prog = self._program
-        if self._kind == "hessian":
-            raise OutputError("use hessian() on a HessianTape")
-        return self._jacobian(x, out, prog.out_shape)
+        return self._jacobian(x, out, self._program.out_shape)
 
     def _jacobian(self, x, out, yshape, sweeps=lib.rt_jacobian):
         """J at x shaped yshape + input shapes, by one reverse sweep per row
@@ -931,8 +937,6 @@ class CompiledTape:
     def jvp(self, x, v):
         """J v at x (shaped like the output): one forward and one tangent sweep
         (forward mode) in C.  v is shaped like the differentiated input(s)."""
-        if self._kind == "hessian":
-            raise OutputError("a HessianTape's tangent is its Hessian: use hvp()")
         ydot = self._jvp_flat(x, v)
         shape = self._program.out_shape
         return float(ydot[0]) if shape == () else ydot.reshape(shape)
@@ -963,36 +967,6 @@ class CompiledTape:
             vflat = np.concatenate([np.ravel(check_input(vi, s, isf)) for vi, s, isf in
                                     zip(v, self._grad_shapes, self._in_float)] + [np.empty(0)])
         return vflat
-
-    # ------------------------------------------------ HessianTape programs
-    def _hessian_value_and_gradient(self, x, out):
-        parts = self._parts
-        if parts is not None:
-            value, g = self._flat_value_and_gradient(parts.flatten(x))
-            return value, parts.split_result(g, out)
-        if out is not None:
-            check_out(out, [np.empty(self._grad_shapes[0])])
-        value, g = self._flat_value_and_gradient(x)
-        if out is not None:
-            out[...] = g
-            g = out
-        return value, g
-
-    def _flat_value_and_gradient(self, x):
-        # f's value sits beside the output (the gradient) in the arena: the VM
-        # copies both out while this call owns the program, so a concurrent
-        # caller gets ConcurrentUseError, never another thread's numbers.
-        prog = self._program
-        y = np.empty(prog.out_len)
-        report = ffi.new("rt_report *")
-        xp = self._x_ptr(x)
-        st = lib.rt_forward_report(self._p, xp, ffi.from_buffer("double[]", y), prog.value_off,
-                                   report)
-        if st:
-            self._status(st, xp, report)
-        self._mark_replayed()
-        g = float(y[0]) if prog.out_shape == () else y.reshape(prog.out_shape)
-        return float(report.picked), g
 
     # Forward-over-reverse: the program of a HessianTape computes f's gradient
     # (the reverse pass, recorded), and tangent sweeps over it differentiate
@@ -1038,15 +1012,12 @@ class CompiledTape:
         return g
 
     def _hessian_program(self):
-        """This program if it is a HessianTape's; else the compiled gradient tape of
-        this gradient tape, built on first use."""
-        if self._kind == "hessian":
-            return self
+        """The compiled HessianTape of this gradient tape, built on first use."""
         if self._program.out_shape != () or self._tape is None:
             raise OutputError("hessian() and hvp() need a scalar output: use a GradientTape "
                               "or rt.HessianTape(f, x)")
         if self._hess is None:
-            self._hess = CompiledTape(HessianTape._from_tape(self._tape), guards=self._guards)
+            self._hess = CompiledHessian(HessianTape._from_tape(self._tape), guards=self._guards)
         return self._hess
 
     # ------------------------------------------------ native tier
@@ -1163,6 +1134,86 @@ def rt_py_hot(ctx):
         _native.hot(ffi.from_handle(ctx))
     except BaseException:        # noqa: BLE001 - C called us; the VM keeps serving
         pass
+
+
+_BIND_NEEDS = "bind() needs a gradient tape (scalar output)"
+_NO_BATCH = ("batched replay of a HessianTape is not supported; batch the compiled "
+             "GradientTape of the same function instead")
+
+
+class CompiledHessian(CompiledTape):
+    """A HessianTape's program: it computes f's gradient (the reverse pass,
+    recorded) as its output, with f's value beside it in the arena.  Its
+    value_and_gradient/forward give f's value and gradient; hessian() and hvp()
+    run tangent (or reverse) sweeps over the gradient.  rt.compile(htape) and
+    CompiledTape(htape) build one; it is a CompiledTape in every other way."""
+
+    _value_and_gradient_is_fast = False
+
+    def _check_kind(self, prog):
+        if not 0 <= prog.value_off < prog.n_vals:
+            _refuse("a HessianTape program without the offset of f's value")
+        parts = getattr(self._tape, "_parts", None)
+        if parts is not None:
+            try:
+                total = sum(math.prod(s) for s in parts.shapes)
+            except Exception:                                       # noqa: BLE001
+                _refuse("its tape's input parts are malformed")
+            if total != prog.n_in:
+                _refuse("its tape's input parts do not add up to the program's input")
+
+    def forward(self, x):
+        """f's value at x."""
+        return self._value_and_gradient(x, None)[0]
+
+    __call__ = forward
+
+    def _value_and_gradient(self, x, out):
+        parts = self._parts
+        if parts is not None:
+            value, g = self._flat_value_and_gradient(parts.flatten(x))
+            return value, parts.split_result(g, out)
+        if out is not None:
+            check_out(out, [np.empty(self._grad_shapes[0])])
+        value, g = self._flat_value_and_gradient(x)
+        if out is not None:
+            out[...] = g
+            g = out
+        return value, g
+
+    def _flat_value_and_gradient(self, x):
+        # f's value sits beside the output (the gradient) in the arena: the VM
+        # copies both out while this call owns the program, so a concurrent
+        # caller gets ConcurrentUseError, never another thread's numbers.
+        prog = self._program
+        y = np.empty(prog.out_len)
+        report = ffi.new("rt_report *")
+        xp = self._x_ptr(x)
+        st = lib.rt_forward_report(self._p, xp, ffi.from_buffer("double[]", y), prog.value_off,
+                                   report)
+        if st:
+            self._status(st, xp, report)
+        self._mark_replayed()
+        g = float(y[0]) if prog.out_shape == () else y.reshape(prog.out_shape)
+        return float(report.picked), g
+
+    def _hessian_program(self):
+        return self
+
+    def batch_value_and_gradient(self, X, out=None, threads=None):
+        raise OutputError(_NO_BATCH)
+
+    def batch_forward(self, X, threads=None):
+        raise OutputError(_NO_BATCH)
+
+    def bind(self, x_buf, g_buf):
+        raise OutputError(_BIND_NEEDS)
+
+    def jacobian(self, x, out=None):
+        raise OutputError("use hessian() on a HessianTape")
+
+    def jvp(self, x, v):
+        raise OutputError("a HessianTape's tangent is its Hessian: use hvp()")
 
 
 class _BoundPin:
@@ -1359,12 +1410,23 @@ def _shape(v, what):
     return tuple(int(d) for d in v)
 
 
-def _check_program(prog, tape, n_grad_inputs, kind, guards_on, pickled):
+def _check_program(prog, tape, n_grad_inputs, pickled):
     """Check every number the C side or the Python plumbing trusts against the
     others, before the verifier runs: the verifier checks the program against
     its header (n_in, n_vals, ...), and this checks the header against the
     buffers Python will hand to C (inputs, out=, tangents) and against the
     tape.  Normalises prog's fields to plain Python values."""
+    _check_header(prog)
+    _check_inputs(prog, n_grad_inputs)
+    _check_guards(prog)
+    if not -1 <= prog.value_off < max(prog.n_vals, 1):
+        _refuse("the offset of f's value is outside the arena")
+    _check_arena(prog, tape, pickled)
+
+
+def _check_header(prog):
+    """The sizes (0 <= n_grad <= n_in <= n_fixed <= n_vals) and the buffers'
+    types and shapes agree."""
     for name in ("n_in", "n_grad", "n_fixed", "n_vals", "out_off", "value_off"):
         v = getattr(prog, name)
         if not _is_int(v):
@@ -1387,7 +1449,10 @@ def _check_program(prog, tape, n_grad_inputs, kind, guards_on, pickled):
     if math.prod(prog.out_shape) > prog.n_vals:
         _refuse("the output is larger than the arena")
 
-    # inputs: laid end to end from offset 0, n_in values in all
+
+def _check_inputs(prog, n_grad_inputs):
+    """The inputs are laid end to end from offset 0, n_in values in all, and
+    the differentiated ones hold n_grad."""
     inputs = prog.inputs
     if not isinstance(inputs, (list, tuple)):
         _refuse("inputs is not a list")
@@ -1414,7 +1479,10 @@ def _check_program(prog, tape, n_grad_inputs, kind, guards_on, pickled):
         _refuse(f"the differentiated inputs hold a different number of values than n_grad "
                 f"({prog.n_grad})")
 
-    # guards: every guard instruction names an entry of prog.guards that agrees with it
+
+def _check_guards(prog):
+    """Every guard entry is well formed and every guard instruction names an
+    entry that agrees with it."""
     guards = prog.guards
     if not isinstance(guards, (list, tuple)):
         _refuse("guards is not a list")
@@ -1437,14 +1505,14 @@ def _check_program(prog, tape, n_grad_inputs, kind, guards_on, pickled):
         params = guards[number][0]
         if params["pred"] != _GUARD_CODES[int(opcodes[k])] or int(params["expected"]) != expected:
             _refuse(f"instruction {k} disagrees with the guard it names")
-    if kind == "hessian" and not 0 <= prog.value_off < prog.n_vals:
-        _refuse("a HessianTape program without the offset of f's value")
-    if not -1 <= prog.value_off < max(prog.n_vals, 1):
-        _refuse("the offset of f's value is outside the arena")
 
+
+def _check_arena(prog, tape, pickled):
+    """The tape travelling with the program is its own, and a pickle asks for
+    no more arena than the data it carries justifies (_FREE_ARENA)."""
     recorded = 0
     if tape is not None:
-        _check_tape(prog, tape, kind)
+        _check_tape(prog, tape)
         if pickled and prog.n_vals > _FREE_ARENA + prog.consts.size:
             try:
                 recorded = sum(np.size(v) for v in tape.values)
@@ -1455,7 +1523,7 @@ def _check_program(prog, tape, n_grad_inputs, kind, guards_on, pickled):
                 f"MiB) but carries data for {prog.consts.size + recorded} values")
 
 
-def _check_tape(prog, tape, kind):
+def _check_tape(prog, tape):
     """The tape travelling with a program must be the one it was compiled from
     (same inputs and output): replays report their values into it."""
     try:
@@ -1471,14 +1539,6 @@ def _check_tape(prog, tape, kind):
         _refuse("its tape's inputs differ from the program's")
     if tuple(shape_of(out)) != prog.out_shape:
         _refuse("its tape's output differs from the program's")
-    parts = getattr(tape, "_parts", None)
-    if kind == "hessian" and parts is not None:
-        try:
-            total = sum(math.prod(s) for s in parts.shapes)
-        except Exception:                                       # noqa: BLE001
-            _refuse("its tape's input parts are malformed")
-        if total != prog.n_in:
-            _refuse("its tape's input parts do not add up to the program's input")
 
 
 def _frozen(a, dtype):
@@ -1528,13 +1588,9 @@ class _Arena:
         return x, y, prog
 
 
-def _kind_of(tape):
-    return "hessian" if isinstance(tape, HessianTape) else "tape"
-
-
 def _grad_shapes(prog, n_grad_inputs):
     n = len(prog.inputs) if n_grad_inputs is None else n_grad_inputs
     return [shape for _, shape, _ in prog.inputs[:n]]
 
 
-__all__ = ["CompiledTape"]
+__all__ = ["CompiledTape", "CompiledHessian"]

@@ -27,6 +27,7 @@ import numpy as np
 
 from . import ops
 from .errors import UnsupportedError
+from . import blocks
 from .isa import FLAGS_SHIFT, WORDS   # the word layout (isa.py, generated into vm.h's ABI)
 
 FORMAT_VERSION = 1
@@ -74,6 +75,11 @@ class Program:
 
 _SCALAR_FAMILIES = (ops.UNARY, ops.UNARY_ND, ops.BINARY, ops.BINARY_ND)
 _ALIASING = (ops.STRUCT, ops.GUARD)     # may lower to an offset into another value
+# Rows whose result is always an offset into their operand (no instruction),
+# and those that may be one (a gather of a contiguous run): from the rows' view
+# and lower fields (ops.Op), so nothing here names an op.
+_VIEWS = frozenset(op for op in ops.OPS.values() if op.view is not None)
+_MAYBE_VIEWS = _VIEWS | frozenset(op for op in ops.OPS.values() if op.lower == "GATHER")
 _UNARY_CODE = {op: OPC[op.name.upper()] for op in ops.OPS.values()
                if op.family in (ops.UNARY, ops.UNARY_ND)}
 _VV_CODE = {op: OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
@@ -259,14 +265,13 @@ class _Lowering:
         kept, vals = self.kept, self.vals
         uses, base = self._uses(), {}
         for op, out, args, params in kept:
-            if op.family == ops.STRUCT and op.name in ("reshape", "item", "take"):
+            if op in _MAYBE_VIEWS:
                 base[out] = base.get(args[0], args[0])     # may be an alias of args[0]
         slots = lambda args: {base.get(a, a) for a in args}
 
         def reads(m):
-            op = kept[m][0]
-            # reshape and item are offsets, never instructions: they accumulate nothing
-            if op.family == ops.STRUCT and op.name in ("reshape", "item"):
+            # views (reshape, item) are offsets, never instructions: they accumulate nothing
+            if kept[m][0] in _VIEWS:
                 return ()
             return slots(kept[m][2])
 
@@ -306,20 +311,21 @@ class _Lowering:
 
     def _regions(self):
         """{node: (storage node, first element, length)} for the nodes the
-        lowering makes offsets into another value's slots (reshape, item, a
-        contiguous take), as lower() decides; every other node owns its slots."""
+        lowering makes offsets into another value's slots (views such as
+        reshape and item, a gather of a contiguous run), as lower() decides;
+        every other node owns its slots."""
         if getattr(self, "_region_of", None) is None:
             reg, vals = {}, self.vals
             for op, out, args, params in self.kept:
-                if op.family != ops.STRUCT or op.name not in ("reshape", "item", "take"):
+                if op not in _MAYBE_VIEWS:
                     continue
                 src = reg.get(args[0], (args[0], 0, _size(_shp(vals[args[0]]))))
-                if op.name == "reshape":
-                    reg[out] = src
-                elif op.name == "item":
-                    reg[out] = (src[0], src[1] + int(params["i"]), 1)
+                if op.view is not None:
+                    first, length = op.view(params)
+                    reg[out] = (src[0], src[1] + int(first),
+                                src[2] if length is None else int(length))
                 else:
-                    idx = np.asarray(params["idx"]).ravel()
+                    idx = np.asarray(op.indices(params)).ravel()
                     if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
                         reg[out] = (src[0], src[1] + int(idx[0]), int(idx.size))
             self._region_of = reg
@@ -394,10 +400,8 @@ class _Lowering:
         regions = [self._region(a) for a in sub]
         for j in range(k + 1, m):
             op_j, out_j, args_j, _ = kept[j]
-            if op_j.family == ops.STRUCT and op_j.name in ("reshape", "item"):
-                continue
-            if op_j is _TAKE and out_j in self._regions():
-                continue
+            if out_j in self._regions():
+                continue                 # an offset (a view), no instruction
             if any(_overlap(r, self._region(a)) for r in regions for a in args_j):
                 return
         inner_of[k] = m
@@ -421,10 +425,8 @@ class _Lowering:
             return
         for m in range(j + 1, k):
             op_m, out_m, args_m, _ = kept[m]
-            if m == i or (op_m.family == ops.STRUCT and op_m.name in ("reshape", "item")):
+            if m == i or out_m in self._regions():
                 continue                 # the fused product, and offsets (no instruction)
-            if op_m is _TAKE and out_m in self._regions():
-                continue
             if any(_overlap(src, self._region(a)) for a in args_m):
                 return
         inner_of[j] = k
@@ -478,58 +480,24 @@ class _Lowering:
         return absorbed, chains
 
     def lower(self):
+        """Emit the kept instructions in order: the fused groups fusions() and
+        sum_chains() formed, scalar code inline (most of a scalar program, so
+        no call per instruction), everything else by its row (_lower_array)."""
         vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
         fused_mul, fused_add = self.fusions()
         links, chains = self.sum_chains(fused_mul, fused_add)
+        ssd_sum, lower_pair = self.ssd_sum, self._lower_pair
         for k, instr in enumerate(self.kept):
             op, out, args, params = instr
-            fam = op.family
             if k in fused_mul or k in links:
                 continue                      # emitted inside the AXPY or CSUM it ends in
-            if k in self.ssd_sum:
-                x, y = self.kept[fused_add[self.ssd_sum[k]][1]][2]
-                o = self._alloc(1)
-                offset[out] = o
-                words.append((OPC["SSD"] | (((x in adj) | ((y in adj) << 1)) << FLAGS_SHIFT),
-                              _size(_shp(vals[x])), o, offset[x], offset[y], 0))
-                continue
-            if k in chains:
-                start, terms = chains[k]
-                o = self.next_free
-                self.next_free = o + 1
-                offset[out] = o
-                c = self._ints([offset[t] if sign > 0 else ~offset[t] for t, sign in terms])
-                self.emit("CSUM", len(terms), o, offset[start], 0, c,
-                          flags=(start in adj) | 2)
-                continue
-            if k in fused_add:
-                kind, i, t = fused_add[k]
-                x, y = self.kept[i][2]
-                n = _size(_shp(vals[out]))       # 1, or an array form (_array_fusion)
-                o = self._alloc(n)
-                offset[out] = o
-                if kind in ("AXPY", "GAXPY"):
-                    other = args[1] if args[0] == t else args[0]
-                    if n != 1 and _size(_shp(vals[x])) != 1:
-                        x, y = y, x                   # b is the one-element operand
-                    if kind == "GAXPY":
-                        _, _, (src,), tparams = self.kept[self.gaxpy_take[k]]
-                        idx = np.asarray(tparams["idx"]).ravel()
-                        rec = self._ints(np.concatenate([[offset[y], _size(_shp(vals[src]))],
-                                                         idx]))
-                        flags = (src in adj) | ((x in adj) << 1) | ((y in adj) << 2)
-                        words.append((OPC["GAXPY"] | (flags << FLAGS_SHIFT), n, o, offset[src],
-                                      offset[x], rec))
-                        continue
-                    flags = (other in adj) | ((x in adj) << 1) | ((y in adj) << 2)
-                    words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), n, o, offset[other],
-                                  offset[x], offset[y]))
-                else:
-                    flags = (x in adj) | ((y in adj) << 1)
-                    words.append((OPC["SQDIFF"] | (flags << FLAGS_SHIFT), n, o, offset[x],
-                                  offset[y], 0))
-                continue
-            if type(vals[out]) is float and fam in _SCALAR_FAMILIES:
+            if k in ssd_sum:
+                self._lower_ssd(out, fused_add[ssd_sum[k]][1])
+            elif k in chains:
+                self._lower_csum(out, *chains[k])
+            elif k in fused_add:
+                lower_pair(k, out, args, fused_add[k])
+            elif type(vals[out]) is float and op.family in _SCALAR_FAMILIES:
                 # scalar code: one element, no broadcasting to work out
                 o = self.next_free
                 self.next_free = o + 1
@@ -544,61 +512,86 @@ class _Lowering:
                     flags = (diff and a in adj) | ((diff and b in adj) << 1)
                     words.append((_VV_CODE[op] | (flags << FLAGS_SHIFT), 1, o, offset[a],
                                   offset[b], 0))
-                continue
-            if op is _GUARD:
+            elif op is _GUARD:
                 self._lower_guard(args, params)
-                continue
-            oshape = _shp(self.vals[out])
-            n = _size(oshape)
-            flag = [(a in self.adj) and op.diff for a in args]
-            if fam == ops.STRUCT and op.name in ("reshape", "item"):
-                base = self.offset[args[0]]
-                self.offset[out] = base + (params["i"] if op.name == "item" else 0)
-                continue
-            if fam == ops.STRUCT and op.name == "take":
-                a = args[0]
-                self.offset[out] = self.gather(self.offset[a], _size(_shp(self.vals[a])),
-                                               params["idx"], flag[0])
-                continue
-            if fam == ops.STRUCT and op.name == "take_idx":
-                a, ix = args
-                o = self._alloc(n)
-                self.offset[out] = o
-                self.emit("GATHER_IDX", n, o, self.offset[a], _size(_shp(self.vals[a])),
-                          self.offset[ix], flags=flag[0])
-                continue
-            o = self._alloc(n)
-            self.offset[out] = o
-            if fam in (ops.UNARY, ops.UNARY_ND):
-                self.emit(op.name.upper(), n, o, self.offset[args[0]], flags=flag[0])
-            elif fam in (ops.BINARY, ops.BINARY_ND):
-                self._lower_binary(op.name.upper(), n, o, oshape, args, flag)
-            elif fam == ops.WHERE:
-                self._lower_where(n, o, oshape, args, flag)
-            elif fam == ops.CLIP:
-                self.emit("CLIP", n, o, self.offset[args[0]], self.offset[args[1]],
-                          self.offset[args[2]], flags=flag[0])
-            elif fam == ops.REDUCE:
-                self._lower_reduce(op, o, n, args[0], params, flag[0])
-            elif fam == ops.MATMUL:
-                self._lower_matmul(o, args, flag)
-            elif fam == ops.LINALG:
-                self._lower_linalg(op, o, args, params, flag)
-            elif op.name == "scatter_add":
-                g = args[0]
-                idx = np.asarray(params["idx"]).ravel()
-                self.emit("SCATTER_ADD", idx.size, o, self.broadcast(g, np.shape(params["idx"])),
-                          n, self._ints(idx), flags=flag[0])
-            elif fam == ops.PYCALL:
-                self._lower_pycall(o, n, args, params, flag)
-            elif op.name == "concat":
-                pieces = ops.concat_pieces([_shp(self.vals[a]) for a in args], params["axis"])
-                for a, pos, f in zip(args, pieces, flag):
-                    self.emit("SCATTER", pos.size, o, self.offset[a], n, self._ints(pos), flags=f)
-            else:  # pragma: no cover - every family is handled above
-                raise UnsupportedError(f"the compiler cannot lower {op.name}")
+            else:
+                self._lower_array(op, out, args, params)
 
-    def _lower_binary(self, name, n, o, oshape, args, flag):
+    # ------------------------------------------------ fused groups
+    def _lower_ssd(self, out, sub):
+        """np.sum((x - y)**2) of the SUB at kept index `sub` (_sum_of_sqdiff)."""
+        vals, offset, adj = self.vals, self.offset, self.adj
+        x, y = self.kept[sub][2]
+        o = self._alloc(1)
+        offset[out] = o
+        self.words.append((OPC["SSD"] | (((x in adj) | ((y in adj) << 1)) << FLAGS_SHIFT),
+                           _size(_shp(vals[x])), o, offset[x], offset[y], 0))
+
+    def _lower_csum(self, out, start, terms):
+        """A run of scalar additions (sum_chains) as one CSUM."""
+        offset = self.offset
+        o = self.next_free
+        self.next_free = o + 1
+        offset[out] = o
+        c = self._ints([offset[t] if sign > 0 else ~offset[t] for t, sign in terms])
+        self.emit("CSUM", len(terms), o, offset[start], 0, c, flags=(start in self.adj) | 2)
+
+    def _lower_pair(self, k, out, args, fused):
+        """Instruction k fused with the one it absorbs (fused: (kind, its kept
+        index i, its result t)): AXPY, GAXPY (the gather too) or SQDIFF (fusions,
+        _array_fusion)."""
+        kind, i, t = fused
+        vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
+        x, y = self.kept[i][2]
+        n = _size(_shp(vals[out]))       # 1, or an array form (_array_fusion)
+        o = self._alloc(n)
+        offset[out] = o
+        if kind == "SQDIFF":
+            flags = (x in adj) | ((y in adj) << 1)
+            words.append((OPC["SQDIFF"] | (flags << FLAGS_SHIFT), n, o, offset[x],
+                          offset[y], 0))
+            return
+        other = args[1] if args[0] == t else args[0]
+        if n != 1 and _size(_shp(vals[x])) != 1:
+            x, y = y, x                   # b is the one-element operand
+        if kind == "GAXPY":
+            _, _, (src,), tparams = self.kept[self.gaxpy_take[k]]
+            idx = np.asarray(tparams["idx"]).ravel()
+            rec = self._ints(np.concatenate([[offset[y], _size(_shp(vals[src]))], idx]))
+            flags = (src in adj) | ((x in adj) << 1) | ((y in adj) << 2)
+            words.append((OPC["GAXPY"] | (flags << FLAGS_SHIFT), n, o, offset[src],
+                          offset[x], rec))
+            return
+        flags = (other in adj) | ((x in adj) << 1) | ((y in adj) << 2)
+        words.append((OPC["AXPY"] | (flags << FLAGS_SHIFT), n, o, offset[other],
+                      offset[x], offset[y]))
+
+    # ------------------------------------------------ one row at a time
+    def _lower_array(self, op, out, args, params):
+        """Views become offsets, gathers of a contiguous run too; every other
+        row gets its output slots and is emitted by its entry in _LOWER."""
+        oshape = _shp(self.vals[out])
+        n = _size(oshape)
+        flag = [(a in self.adj) and op.diff for a in args]
+        if op in _VIEWS:
+            self.offset[out] = self.offset[args[0]] + op.view(params)[0]
+            return
+        if op.lower == "GATHER":
+            a = args[0]
+            self.offset[out] = self.gather(self.offset[a], _size(_shp(self.vals[a])),
+                                           op.indices(params), flag[0])
+            return
+        how = _LOWER.get(op.lower or op.family)
+        if how is None:  # pragma: no cover - tests/test_isa.py checks every row has one
+            raise UnsupportedError(f"the compiler cannot lower {op.name}")
+        o = self._alloc(n)
+        self.offset[out] = o
+        how(self, op, o, n, oshape, args, params, flag)
+
+    def _lower_unary(self, op, o, n, oshape, args, params, flag):
+        self.emit(op.name.upper(), n, o, self.offset[args[0]], flags=flag[0])
+
+    def _lower_binary(self, op, o, n, oshape, args, params, flag):
         a, b = args
         sa, sb = _size(_shp(self.vals[a])), _size(_shp(self.vals[b]))
         if sa == n and sb == n:
@@ -610,9 +603,9 @@ class _Lowering:
             oa, ob, variant = self.offset[a], self.broadcast(b, oshape), "SV"
         else:
             oa, ob, variant = self.broadcast(a, oshape), self.broadcast(b, oshape), "VV"
-        self.emit(f"{name}_{variant}", n, o, oa, ob, flags=flag[0] | (flag[1] << 1))
+        self.emit(f"{op.name.upper()}_{variant}", n, o, oa, ob, flags=flag[0] | (flag[1] << 1))
 
-    def _lower_where(self, n, o, oshape, args, flag):
+    def _lower_where(self, op, o, n, oshape, args, params, flag):
         c, x, y = args
         oc = self.broadcast(c, oshape)
         sx, sy = _size(_shp(self.vals[x])), _size(_shp(self.vals[y]))
@@ -624,7 +617,12 @@ class _Lowering:
             variant, ox, oy = "VV", self.broadcast(x, oshape), self.broadcast(y, oshape)
         self.emit(f"WHERE_{variant}", n, o, oc, ox, oy, flags=(flag[1] << 1) | (flag[2] << 2))
 
-    def _lower_reduce(self, op, o, n_out, a, params, flag):
+    def _lower_clip(self, op, o, n, oshape, args, params, flag):
+        self.emit("CLIP", n, o, self.offset[args[0]], self.offset[args[1]],
+                  self.offset[args[2]], flags=flag[0])
+
+    def _lower_reduce(self, op, o, n, oshape, args, params, flag):
+        a, flag = args[0], flag[0]
         shape = _shp(self.vals[a])
         nd = len(shape)
         axis = tuple(range(nd)) if params["axis"] is None else params["axis"]
@@ -635,9 +633,9 @@ class _Lowering:
             # move the reduced axes last so that each segment is contiguous
             idx = np.arange(_size(shape)).reshape(shape).transpose(kept + list(axis))
             src = self.gather(src, _size(shape), idx, flag)
-        self.emit(f"REDUCE_{op.name.upper()}", n_out, o, src, seg, flags=flag)
+        self.emit(f"REDUCE_{op.name.upper()}", n, o, src, seg, flags=flag)
 
-    def _lower_matmul(self, o, args, flag):
+    def _lower_matmul(self, op, o, n, oshape, args, params, flag):
         a, b = args
         sa, sb = _shp(self.vals[a]), _shp(self.vals[b])
         m = 1 if len(sa) == 1 else sa[0]
@@ -646,35 +644,32 @@ class _Lowering:
         self.emit("MATMUL", m * nn, o, self.offset[a], self.offset[b], self._ints([m, k, nn]),
                   flags=flag[0] | (flag[1] << 1))
 
-    def _lower_linalg(self, op, o, args, params, flag):
-        # ints record (N, M, flags, scratch): see csrc/linalg.h
-        sa = _shp(self.vals[args[0]])
-        if op.name in ("cumsum", "cumprod"):
-            m = sa[-1]
-            size = _size(sa)
-            self.emit(op.name.upper(), size, o, self.offset[args[0]], 0,
-                      self._ints([size // m if m else 0, m, 0, 0]), flags=flag[0])
-            return
-        nn = sa[0]
-        mm = nn
-        if len(args) > 1:
-            sb = _shp(self.vals[args[1]])
-            mm = 1 if len(sb) == 1 else sb[1]
-        bits = 0
-        if op.name == "trisolve":
-            bits = (params["lower"] and 1) | (params["trans"] and 2) | (params["unit"] and 4)
-        scratch = {"cholesky": nn * nn, "trisolve": nn * mm, "solve": nn * nn + nn + nn * mm,
-                   "inv": 2 * nn * nn + nn, "slogdet": 2 * nn * nn + nn,
-                   "eigh": 3 * nn * nn}[op.name]
-        s = self._alloc(scratch)
-        n = 2 if op.name == "slogdet" else nn * (mm if op.name in ("trisolve", "solve") else nn)
-        if op.name == "eigh":
-            n = nn + nn * nn
+    def _lower_linalg(self, op, o, n, oshape, args, params, flag):
+        # the row's Linalg gives the kernel's ints record (N, M, flags, scratch):
+        # see csrc/linalg.h; the scratch lives in the arena
+        N, M, bits, scratch = op.linalg.ints([_shp(self.vals[a]) for a in args], params)
+        s = 0 if scratch is None else self._alloc(scratch)
         b = self.offset[args[1]] if len(args) > 1 else 0
-        self.emit(op.name.upper(), n, o, self.offset[args[0]], b,
-                  self._ints([nn, mm, int(bits), s]),
+        self.emit(op.name.upper(), n, o, self.offset[args[0]], b, self._ints([N, M, bits, s]),
                   flags=flag[0] | ((flag[1] if len(args) > 1 else 0) << 1))
-    def _lower_pycall(self, o, n, args, params, flag):
+
+    def _lower_gather_idx(self, op, o, n, oshape, args, params, flag):
+        a, ix = args
+        self.emit("GATHER_IDX", n, o, self.offset[a], _size(_shp(self.vals[a])),
+                  self.offset[ix], flags=flag[0])
+
+    def _lower_scatter_add(self, op, o, n, oshape, args, params, flag):
+        idx = op.indices(params)
+        flat = np.asarray(idx).ravel()
+        self.emit("SCATTER_ADD", flat.size, o, self.broadcast(args[0], np.shape(idx)),
+                  n, self._ints(flat), flags=flag[0])
+
+    def _lower_scatter(self, op, o, n, oshape, args, params, flag):
+        pieces = op.pieces([_shp(self.vals[a]) for a in args], params)
+        for a, pos, f in zip(args, pieces, flag):
+            self.emit("SCATTER", pos.size, o, self.offset[a], n, self._ints(pos), flags=f)
+
+    def _lower_pycall(self, op, o, n, oshape, args, params, flag):
         # operands are read where they live (aliases included); the callback
         # adds the operands' adjoints in place, as every other kernel does
         entries = []
@@ -715,6 +710,20 @@ class _Lowering:
             callbacks=list(self.callbacks))
 
 
+# How each row lowers (_Lowering._lower_array): by family, and a structure row
+# by the instruction its row names (Op.lower); views and gathers of contiguous
+# runs become offsets before this.  tests/test_isa.py checks every row has one.
+_LOWER = {
+    ops.UNARY: _Lowering._lower_unary, ops.UNARY_ND: _Lowering._lower_unary,
+    ops.BINARY: _Lowering._lower_binary, ops.BINARY_ND: _Lowering._lower_binary,
+    ops.WHERE: _Lowering._lower_where, ops.CLIP: _Lowering._lower_clip,
+    ops.REDUCE: _Lowering._lower_reduce, ops.MATMUL: _Lowering._lower_matmul,
+    ops.LINALG: _Lowering._lower_linalg, ops.PYCALL: _Lowering._lower_pycall,
+    "GATHER_IDX": _Lowering._lower_gather_idx, "SCATTER_ADD": _Lowering._lower_scatter_add,
+    "SCATTER": _Lowering._lower_scatter,
+}
+
+
 def compile_tape(tape, guards=True, n_grad=None):
     """Lower a finished tape to a Program."""
     tape._check_finished()
@@ -722,4 +731,6 @@ def compile_tape(tape, guards=True, n_grad=None):
     low.analyse()
     low.layout()
     low.lower()
-    return low.program()
+    prog = low.program()
+    # tiled elementwise runs (src/revtape/blocks.py); REVTAPE_BLOCKS=0: none
+    return blocks.apply(prog) if blocks.enabled() else prog

@@ -57,10 +57,11 @@ OPERAND_KINDS = ("-", "n", "1", "n*b", "b", "len", "len1", "ints", "slot", "cust
 
 # Where an instruction's kernels live: generated from an op row's C
 # expressions, hand-written in csrc/instr/*.h, in csrc/linalg.c, a guard
-# predicate, or a call back into Python.  "checked": hand-written kernels
+# predicate, or a call back into Python.  "block": BLOCK / ENDBLOCK, which
+# run the instructions between them tile by tile (csrc/instr/block.h).  "checked": hand-written kernels
 # that check data the verifier cannot see (index values refilled per replay)
 # and return a status, which the sweeps pass on.
-KERNELS = ("generated", "hand", "checked", "linalg", "guard", "callback")
+KERNELS = ("generated", "hand", "checked", "linalg", "guard", "callback", "block")
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,17 @@ class Instr:
     def differentiable(self):
         return self.flags != 0
 
+    @property
+    def blockable(self):
+        """May be a member of a BLOCK: element i of the output depends on
+        element i of each array operand only (one-element operands are read
+        whole), so running it over a tile [t, t + T) is running it over its
+        elements t .. t + T - 1.  Every operand is an arena region of n or 1."""
+        return (self.kernel in ("generated", "hand") and self.n == "count" and self.out == "n"
+                and not self.verify and self.a in ("n", "1")
+                and all(w in ("n", "1", "-") for w in (self.b, self.c))
+                and not self.name.startswith(("REDUCE_", "GATHER", "SCATTER")))
+
 
 # Hand-written instructions (not one per op row), in opcode order
 # (ops.VM_STRUCT): their layouts.  A new hand instruction is a row here, a
@@ -117,6 +129,16 @@ HAND = {
     "SSD": dict(out="1", a="n", b="n", flags=3),
     "GATHER_IDX": dict(kernel="checked", a="b", b="len", c="n", b_label="input length",
                        fmt="@{a}[@{c}..]"),
+    # A fused, tiled elementwise block (csrc/instr/block.h): BLOCK (n
+    # elements, out = m members, a = tile, b = scratch, c = tile-local mask)
+    # is followed by its m member instructions and ENDBLOCK with the same
+    # words.  Forward and tangent run the members tile by tile from BLOCK,
+    # reverse runs their reverses tile by tile from ENDBLOCK; members never
+    # run on their own.
+    "BLOCK": dict(kernel="block", n="count1", out="custom", a="-", flags=1, verify=True,
+                  fmt="block"),
+    "ENDBLOCK": dict(kernel="block", n="count1", out="custom", a="-", flags=1, verify=True,
+                     fmt="block"),
 }
 
 

@@ -322,9 +322,18 @@ def translate(code, ints, layout=None):
             and sum(p_ * r_ for _, p_, r_ in runs) * 2 < len(rows)):
         return _assemble_scalar(rows, ints, layout)
     fwd, rev = [], []
+    block_end = -1
     for k, (op, n, o, a, b, c) in enumerate(rows):
         name = ops.VM_OPCODES[op & 0xFFFF]
         fl = (op & 0xFFFFFFFF) >> 16
+        if name == "BLOCK":
+            block_end = k + o + 1
+        if k <= block_end:
+            # a tiled block (csrc/instr/block.h) runs whole, on the VM: its
+            # members name scratch slots and never run on their own
+            fwd.append(None)
+            rev.append(None)
+            continue
         try:
             f = _fwd(name, n, o, a, b, c, ints, k)
             r = _rev(name, fl, n, o, a, b, c, ints) if fl else ""
@@ -401,6 +410,8 @@ def _roll(rows, ints, runs, fwd, rev):
     """Put each run's loop at its first instruction (forward) and its last
     (reverse); the other instructions of the run emit nothing."""
     for start, P, R in runs:
+        if any(fwd[k] is None for k in range(start, start + P * R)):
+            continue                  # members of a tiled block: the VM runs it whole
         head, nxt = rows[start:start + P], rows[start + P:start + 2 * P]
         fl_, rl_ = [], []
         for j, (h, x) in enumerate(zip(head, nxt)):
@@ -874,6 +885,20 @@ def _vm_runs(stmts, lo, hi, sweep):
     return out
 
 
+def _chunks(fwd, n):
+    """[lo, hi) pieces of about CHUNK instructions; a piece never ends inside
+    a run of VM instructions (a tiled block is one: the VM's range entry
+    points refuse a range that cuts it)."""
+    out, lo = [], 0
+    while lo < n or not out:
+        hi = min(n, lo + CHUNK)
+        while 0 < hi < n and fwd[hi - 1] is None and fwd[hi] is None:
+            hi += 1
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
 def _assemble(fwd, rev):
     out = [_PRELUDE]
     # The two arenas are separate allocations: restrict lets gcc keep values
@@ -883,9 +908,10 @@ def _assemble(fwd, rev):
             "    const int32_t *const ints = p->ints;\n    int st = RT_OK;\n"
             "    (void)v; (void)d; (void)ints; (void)st;\n")
     n = len(fwd)
-    nf = max(1, -(-n // CHUNK))
+    bounds = _chunks(fwd, n)
+    nf = len(bounds)
     for k in range(nf):
-        lo, hi = k * CHUNK, min(n, (k + 1) * CHUNK)
+        lo, hi = bounds[k]
         out.append(f"RTN_PIECE int rtn_fwd_{k}{head}")
         out.extend("    " + s + "\n" for s in _vm_runs(fwd, lo, hi, "fwd"))
         out.append("    return RT_OK;\n}\n")

@@ -97,6 +97,20 @@ class Op:
     power: float = None               # x ** power (a constant) records this row (square: 2.0)
     reduces: tuple = ()               # reductions: the ufuncs whose .reduce records this row
     mask: bool = False                # its 0/1 result may index: x[mask] (comparisons, logical_*)
+    # How the compiler lowers a row that is not elementwise (compiler._Lowering
+    # reads these; it names no op), so a new structure or linear-algebra row
+    # needs no edit there:
+    view: object = None               # STRUCT: the result is a run of its operand's slots,
+    #                                   never an instruction: fn(params) -> (first element,
+    #                                   length; None: all of them)
+    lower: str = ""                   # other STRUCT rows: the instruction they lower to,
+    #                                   "GATHER" (a contiguous run of indices: an offset, as
+    #                                   view), "GATHER_IDX", "SCATTER_ADD" or "SCATTER"
+    indices: object = None            # GATHER/SCATTER_ADD: fn(params) -> the flat indices
+    pieces: object = None             # SCATTER: fn(operand shapes, params) -> each operand's
+    #                                   flat positions in the result
+    linalg: object = None             # LINALG: its instruction's lengths and ints record
+    #                                   (Linalg, below; csrc/linalg.h)
     index: int = field(default=-1)    # position in OPS
 
     def __repr__(self):
@@ -650,9 +664,11 @@ def transpose(x, axes=None):
 
 
 _def("reshape", STRUCT, lambda x, shape: np.reshape(x, shape),
-     vjp=lambda i, g, ans, x, shape: P.reshape(g, shape=shape_of(x)))
+     vjp=lambda i, g, ans, x, shape: P.reshape(g, shape=shape_of(x)),
+     view=lambda params: (0, None))
 _def("item", STRUCT, lambda x, i: float(x.flat[i]),
-     vjp=lambda i_, g, ans, x, i: P.scatter_add(g, idx=np.array(i), shape=shape_of(x)))
+     vjp=lambda i_, g, ans, x, i: P.scatter_add(g, idx=np.array(i), shape=shape_of(x)),
+     view=lambda params: (params["i"], 1))
 
 
 def _take_fwd(x, idx):
@@ -666,9 +682,11 @@ def _scatter_add_fwd(g, idx, shape):
 
 
 _def("take", STRUCT, _take_fwd,
-     vjp=lambda i, g, ans, x, idx: P.scatter_add(g, idx=idx, shape=shape_of(x)))
+     vjp=lambda i, g, ans, x, idx: P.scatter_add(g, idx=idx, shape=shape_of(x)),
+     lower="GATHER", indices=lambda params: params["idx"])
 _def("scatter_add", STRUCT, _quiet(_scatter_add_fwd),
-     vjp=lambda i, g, ans, x, idx, shape: P.take(g, idx=idx))
+     vjp=lambda i, g, ans, x, idx, shape: P.take(g, idx=idx),
+     lower="SCATTER_ADD", indices=lambda params: params["idx"])
 
 
 # take_idx: a gather whose flat indices are a value on the tape (a data input
@@ -691,7 +709,7 @@ def _take_idx_vjp(i, g, ans, x, idx):
     return P.scatter_add(g, idx=np.asarray(idx).astype(np.int64), shape=shape_of(x))
 
 
-_def("take_idx", STRUCT, _take_idx_fwd, vjp=_take_idx_vjp)
+_def("take_idx", STRUCT, _take_idx_fwd, vjp=_take_idx_vjp, lower="GATHER_IDX")
 
 
 def concat_pieces(shapes, axis):
@@ -709,7 +727,8 @@ def _concat_vjp(i, g, ans, *xs, axis):
 
 
 _def("concat", STRUCT, lambda *xs, axis: np.concatenate([np.asarray(x) for x in xs], axis=axis),
-     vjp=_concat_vjp)
+     vjp=_concat_vjp, lower="SCATTER",
+     pieces=lambda shapes, params: concat_pieces(shapes, params["axis"]))
 
 # ---------------------------------------------------------------- linear algebra
 # One instruction each (csrc/linalg.c: forward, reverse and tangent kernels);
@@ -734,6 +753,47 @@ def tril(x, k=0):
 
 def triu(x, k=0):
     return P.where(tri_mask(shape_of(x), k, False), x, 0.0)
+
+
+@dataclass(frozen=True)
+class Linalg:
+    """A dense kernel's instruction, declared once.  The lengths are C
+    expressions in N and M (the first two words of its ints record): the
+    compiler evaluates `scratch` to size the kernel's workspace, and _codegen
+    writes all of them into ops_generated.h (RT_LINALG_LENGTHS), from which
+    the C verifier checks a program's words.  `record` gives (N, M, flags
+    word) of one call from its operand shapes and params."""
+    out: str                          # the output's length
+    scratch: str = ""                 # the workspace in the arena ("": none)
+    b: str = ""                       # operand b's length ("": no b)
+    a: str = "N * N"                  # operand a's length
+    square: bool = True               # M must equal N (a kernel on A alone)
+    flags: int = 0                    # the largest flags word the kernel takes
+    record: object = None             # fn(shapes, params) -> (N, M, flags); None: _square_record
+
+    def ints(self, shapes, params):
+        """(N, M, flags, scratch length or None) of an instruction."""
+        N, M, bits = (self.record or _square_record)(shapes, params)
+        return N, M, bits, eval(self.scratch, {"N": N, "M": M}) if self.scratch else None
+
+
+def _square_record(shapes, params):
+    """A square n x n A (and a B of n rows: m columns, m = 1 for a vector,
+    m = n without B)."""
+    n = shapes[0][0]
+    return n, n if len(shapes) == 1 else (1 if len(shapes[1]) == 1 else shapes[1][1]), 0
+
+
+def _trisolve_record(shapes, params):
+    n, m, _ = _square_record(shapes, params)
+    return n, m, int((params["lower"] and 1) | (params["trans"] and 2) | (params["unit"] and 4))
+
+
+def _scan_record(shapes, params):
+    """A scan along the last axis: N rows of M."""
+    m = shapes[0][-1]
+    size = int(np.prod(shapes[0], dtype=np.int64))
+    return size // m if m else 0, m, 0
 
 
 def _nan_on(error, f):
@@ -783,7 +843,8 @@ def _cholesky_fwd(a):
 
 
 _def("cholesky", LINALG, _nan_on(lambda a: np.full(np.shape(a), np.nan), _cholesky_fwd),
-     vjp=_cholesky_vjp, doc="L = cholesky(A), reads A's lower triangle only; not PD -> all nan")
+     vjp=_cholesky_vjp, linalg=Linalg(out="N * N", scratch="N * N"),
+     doc="L = cholesky(A), reads A's lower triangle only; not PD -> all nan")
 
 
 def _trisolve_fwd(a, b, lower, trans, unit):
@@ -810,6 +871,8 @@ def _trisolve_vjp(i, g, x, a, b, lower, trans, unit):
 
 
 _def("trisolve", LINALG, _quiet(_trisolve_fwd), vjp=_trisolve_vjp,
+     linalg=Linalg(out="N * M", b="N * M", scratch="N * M", square=False, flags=7,
+                   record=_trisolve_record),
      doc="X = op(A)^-1 B, op = A or A^T (trans), A lower or upper (unit: diagonal 1)")
 
 
@@ -822,7 +885,9 @@ def _solve_vjp(i, g, x, a, b):
 
 _def("solve", LINALG,
      _nan_on(lambda a, b: np.full(np.shape(b), np.nan), lambda a, b: np.linalg.solve(a, b)),
-     vjp=_solve_vjp, doc="X = A^-1 B (LU, partial pivoting); singular -> all nan")
+     vjp=_solve_vjp, linalg=Linalg(out="N * M", b="N * M", scratch="N * N + N + N * M",
+                                     square=False),
+     doc="X = A^-1 B (LU, partial pivoting); singular -> all nan")
 
 
 def _inv_vjp(i, g, x, a):
@@ -832,7 +897,8 @@ def _inv_vjp(i, g, x, a):
 
 _def("inv", LINALG,
      _nan_on(lambda a: np.full(np.shape(a), np.nan), lambda a: np.linalg.inv(a)),
-     vjp=_inv_vjp, doc="A^-1; singular -> all nan")
+     vjp=_inv_vjp, linalg=Linalg(out="N * N", scratch="2 * N * N + N"),
+     doc="A^-1; singular -> all nan")
 
 
 def _slogdet_fwd(a):
@@ -842,6 +908,7 @@ def _slogdet_fwd(a):
 
 _def("slogdet", LINALG, _quiet(_slogdet_fwd),
      vjp=lambda i, g, ans, a: P.mul(P.item(g, i=1), transpose(P.inv(a))),
+     linalg=Linalg(out="2", scratch="2 * N * N + N"),
      doc="[sign, log|det A|]; only log|det A| is differentiable")
 
 def eigh_signs(V):
@@ -880,7 +947,7 @@ def _eigh_vjp(i, g, ans, a):
     return lower_fold(P.matmul(P.matmul(V, M), transpose(V)))
 
 
-_def("eigh", LINALG, _quiet(_eigh_fwd), vjp=_eigh_vjp,
+_def("eigh", LINALG, _quiet(_eigh_fwd), vjp=_eigh_vjp, linalg=Linalg(out="N + N * N", scratch="3 * N * N"),
      doc="[w ascending | V row-major] of A's lower triangle; see eigh_signs")
 
 # ---------------------------------------------------------------- scans (last axis)
@@ -891,6 +958,9 @@ def flip_last(x):
     s = shape_of(x)
     idx = np.ascontiguousarray(np.arange(int(np.prod(s, dtype=np.int64))).reshape(s)[..., ::-1])
     return P.take(x, idx=idx)
+
+
+_SCAN = Linalg(out="N * M", a="N * M", square=False, record=_scan_record)
 
 
 def _cumprod_vjp(i, g, y, x):
@@ -912,9 +982,10 @@ def _cumprod_vjp(i, g, y, x):
 
 
 _def("cumsum", LINALG, _quiet(lambda x: np.cumsum(x, axis=-1)),
-     vjp=lambda i, g, ans, x: flip_last(P.cumsum(flip_last(g))),
+     vjp=lambda i, g, ans, x: flip_last(P.cumsum(flip_last(g))), linalg=_SCAN,
      doc="cumulative sum along the last axis")
 _def("cumprod", LINALG, _quiet(lambda x: np.cumprod(x, axis=-1)), vjp=_cumprod_vjp,
+     linalg=_SCAN,
      doc="cumulative product along the last axis; zero-safe reverse")
 # ---------------------------------------------------------------- Python callbacks
 # One instruction per call of an @rt.primitive on tracked values.  params
@@ -978,7 +1049,10 @@ VM_STRUCT = ("GATHER", "SCATTER_ADD", "SCATTER", "MATMUL", "CLIP", "AXPY", "SQDI
              "SSD",
              # GATHER_IDX = a[(int)v[c+k]]: a gather whose indices are data
              # (minibatch indices drawn afresh per replay; csrc/instr/index.h)
-             "GATHER_IDX")
+             "GATHER_IDX",
+             # BLOCK ... ENDBLOCK: the instructions between them run tile by
+             # tile (csrc/instr/block.h; formed by src/revtape/blocks.py)
+             "BLOCK", "ENDBLOCK")
 
 
 def _vm_opcodes():
@@ -1010,6 +1084,9 @@ def table_fingerprint():
     h = hashlib.sha256()
     for op in OPS.values():
         h.update(repr((op.name, op.family, op.c_fwd, op.c_partials)).encode())
+        if op.linalg is not None:         # its lengths are generated into the C verifier
+            L = op.linalg
+            h.update(repr((L.out, L.scratch, L.b, L.a, L.square, L.flags)).encode())
     h.update(repr(VM_OPCODES).encode())
     return h.hexdigest()[:16]
 

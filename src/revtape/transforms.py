@@ -768,6 +768,8 @@ class GradFunction:
         return entry
 
     def _record(self, key, args, kwargs, argnums, proxy_draws=True, why=None):
+        """Record f at this call, compile it and answer from the compiled replay
+        (or from the recording, when its draws cannot be replayed)."""
         entry = self._entry_for(key)
         if entry.eager:
             return self._eager(args, kwargs, argnums)
@@ -790,25 +792,7 @@ class GradFunction:
         except Exception as e:
             if not draws:
                 raise
-            # f could not take its draws as tracked values (float(z), z.astype(int)),
-            # or failed for its own reasons: put the generators back and record
-            # it with plain draws
-            draws.stop()
-            draws.rewind()
-            if isinstance(e, _draws.DrawEscape) and proxy_draws is True:
-                # drawn indices met a plain array (A[idx], A a closure or global
-                # array): once more, with f's float arrays standing in as views
-                # whose gathers by drawn indices are refilled inputs
-                return self._record(key, args, kwargs, argnums, proxy_draws="lift")
-            try:
-                return self._record(key, args, kwargs, argnums, proxy_draws=False,
-                                    why=f"its draws could not stay on the tape: {e}")
-            except RevtapeError:
-                if isinstance(e, RevtapeError):
-                    raise
-                # f's own error with tracked draw parameters (numpy's ValueError for
-                # a negative scale) reads as a conversion error in the plain run
-                raise e from None
+            return self._record_again(e, draws, proxy_draws, key, args, kwargs, argnums)
         finally:
             if draws is not None:
                 draws.stop()
@@ -830,39 +814,71 @@ class GradFunction:
             draws = None
         if any(s is None or draws is None or id(s) not in draws.streams
                for s in watcher.draw_streams) or (watcher.draws and draws is None):
-            # A compiled tape would replay these draws as constants.  Re-running
-            # f on every call draws as f does; this call's answer is the
-            # recording's own, so the generator advanced exactly once.
-            with self._lock:
-                entry.eager = True
-                entry.eager_left = -1            # for good: not the variant cap's pause
-                entry.variants = ()
-                self._stats["records"] += 1
-                warn, self._warned_draws = not self._warned_draws, True
-            if warn:
-                warnings.warn(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
-                              "revtape records it on every call so that each call draws afresh "
-                              "(correct, but not compiled"
-                              + (f"; {why}" if why else "") + "). Compiled replays draw "
-                              "afresh from numpy Generators and RandomStates (and np.random.*) "
-                              "whose numbers stay on the tape: any method with plain "
-                              "parameters, normal/uniform/exponential also with tracked ones, "
-                              "integers/choice/permutation as indices of tracked or reachable "
-                              "arrays; or pass the noise in as an argument", RandomDrawWarning,
-                              stacklevel=3 if why is None else 4)
-            value = tape.values[tape.output_id]
-            grads = tape._grads_out(tape._reverse(1.0), None)
-            if isinstance(grads, tuple):
-                grads = grads[:n_diff]               # not the data arguments
-            if entry.layout is not None:
-                grads = functional.regroup(grads, entry.layout)
-            if self.has_aux:
-                value = (value, functional.plain_aux(aux))
-            return self._result(value, grads)
+            return self._answer_uncompiled(entry, tape, aux if self.has_aux else None,
+                                           n_diff, watcher, why)
         guards = collect_guards(self.fun, watcher, pre, args, kwargs)
         _draws.unswap_guards(guards)
         if draws is not None:
             draws.add_guards(guards, _snapshot)
+        return self._compile_variant(entry, tape, n_diff, guards, draws, spec, parts,
+                                     args, kwargs, argnums)
+
+    def _record_again(self, e, draws, proxy_draws, key, args, kwargs, argnums):
+        """f failed while recording with its draws on the tape: f could not take
+        them as tracked values (float(z), z.astype(int)), or failed for its own
+        reasons.  Put the generators back and record once more, another way."""
+        draws.stop()
+        draws.rewind()
+        if isinstance(e, _draws.DrawEscape) and proxy_draws is True:
+            # drawn indices met a plain array (A[idx], A a closure or global
+            # array): once more, with f's float arrays standing in as views
+            # whose gathers by drawn indices are refilled inputs
+            return self._record(key, args, kwargs, argnums, proxy_draws="lift")
+        try:
+            return self._record(key, args, kwargs, argnums, proxy_draws=False,
+                                why=f"its draws could not stay on the tape: {e}")
+        except RevtapeError:
+            if isinstance(e, RevtapeError):
+                raise
+            # f's own error with tracked draw parameters (numpy's ValueError for
+            # a negative scale) reads as a conversion error in the plain run
+            raise e from None
+
+    def _answer_uncompiled(self, entry, tape, aux, n_diff, watcher, why):
+        """f draws numbers a compiled tape would replay as constants: re-running
+        f on every call draws as f does (the entry turns eager for good); this
+        call's answer is the recording's own, so the generator advanced once."""
+        with self._lock:
+            entry.eager = True
+            entry.eager_left = -1            # for good: not the variant cap's pause
+            entry.variants = ()
+            self._stats["records"] += 1
+            warn, self._warned_draws = not self._warned_draws, True
+        if warn:
+            warnings.warn(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
+                          "revtape records it on every call so that each call draws afresh "
+                          "(correct, but not compiled"
+                          + (f"; {why}" if why else "") + "). Compiled replays draw "
+                          "afresh from numpy Generators and RandomStates (and np.random.*) "
+                          "whose numbers stay on the tape: any method with plain "
+                          "parameters, normal/uniform/exponential also with tracked ones, "
+                          "integers/choice/permutation as indices of tracked or reachable "
+                          "arrays; or pass the noise in as an argument", RandomDrawWarning,
+                          stacklevel=4 if why is None else 6)
+        value = tape.values[tape.output_id]
+        grads = tape._grads_out(tape._reverse(1.0), None)
+        if isinstance(grads, tuple):
+            grads = grads[:n_diff]               # not the data arguments
+        if entry.layout is not None:
+            grads = functional.regroup(grads, entry.layout)
+        if self.has_aux:
+            value = (value, functional.plain_aux(aux))
+        return self._result(value, grads)
+
+    def _compile_variant(self, entry, tape, n_diff, guards, draws, spec, parts,
+                         args, kwargs, argnums):
+        """Compile the recording as a new variant of entry and answer this call
+        from its first replay."""
         ctape = CompiledTape(tape, n_grad=n_diff)
         variant = _Variant(ctape, guards)
         variant.aux = spec

@@ -165,6 +165,20 @@ def _mvn(x, ns, Y, n, m, half_log_2pi):
     return -0.5 * ns.sum(Z ** 2) - m * ns.sum(ns.log(ns.diag(L))) - half_log_2pi
 
 
+def _student_t(x, ns, X, y, N, D, nu):
+    beta, sigma = x[:D], x[D]
+    z = (y - ns.matvec(X, beta)) / sigma
+    return (ns.sum(-0.5 * (nu + 1.0) * ns.log1p(z * z / nu)) - N * ns.log(sigma)
+            - 0.5 * ns.sum(beta ** 2) / 25.0 - 0.5 * sigma ** 2)
+
+
+def _objective_student_t(wl, ns):
+    X = ns.const(np.asarray(wl.data["X"], dtype=np.float64))
+    y = ns.const(np.asarray(wl.data["y"], dtype=np.float64))
+    N, D = wl.data["X"].shape
+    return lambda x: _student_t(x, ns, X, y, N, D, 4.0)
+
+
 def _objective_eight_schools(wl, ns):
     y = [float(v) for v in wl.data["y"]]
     sigma = [float(v) for v in wl.data["sigma"]]
@@ -211,6 +225,7 @@ _OBJECTIVES = {
     "gp": _objective_gp,
     "radon": _objective_radon,
     "mvn": _objective_mvn,
+    "student-t": _objective_student_t,
 }
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "gp",
     "radon",
     "mvn",
+    "student_t",
     "ALL",
     "EXTRA",
     "WORKLOADS",
@@ -555,5 +556,63 @@ def mvn(n: int = 100, m: int = 20, seed: int = 0) -> Workload:
 
 
 # The workloads with a hand-written C reference, and those without (derived).
+# --------------------------------------------------------------------------
+# robust (Student-t) regression: elementwise-heavy over many observations
+
+_ST_NU = 4.0
+
+
+@_workload("student-t")
+def student_t(N: int = 100000, D: int = 10, seed: int = 0) -> Workload:
+    """Robust regression: y_i ~ Student-t(nu = 4, X_i @ beta, sigma), beta ~ N(0, 5^2),
+    sigma ~ half-N(0, 1); x = [beta (D), sigma], the log density up to a constant:
+
+        sum_i -(nu+1)/2 * log1p(((y_i - X_i @ beta) / sigma)^2 / nu) - N*log(sigma)
+        - 0.5*sum(beta^2)/25 - 0.5*sigma^2
+
+    X ~ N(0, 1) of shape (N, D), beta_true ~ N(0, 1), y = X @ beta_true +
+    0.7 * t_4 noise; x0 = [0.5 * N(0, 1) (D), 1.5]; all from default_rng(seed)
+    in that order.  One matmul, then elementwise work over N: a division by
+    the tracked scale, a square, a log1p, and their reverses.
+    """
+    rng = np.random.default_rng(seed)
+    X = np.ascontiguousarray(rng.standard_normal((N, D)), dtype=np.float64)
+    beta_true = rng.standard_normal(D)
+    y = X @ beta_true + 0.7 * rng.standard_t(_ST_NU, size=N)
+    x0 = np.concatenate([0.5 * rng.standard_normal(D), [1.5]])
+    nu, c = _ST_NU, -0.5 * (_ST_NU + 1.0)
+
+    def f(x):
+        beta, sigma = x[:D], x[D]
+        z = (y - X @ beta) / sigma
+        return (np.sum(c * np.log1p(z * z / nu)) - N * np.log(sigma)
+                - 0.5 * np.sum(beta ** 2) / 25.0 - 0.5 * sigma ** 2)
+
+    def numpy_vg(x):
+        x = np.asarray(x, dtype=np.float64)
+        beta, sigma = x[:D], x[D]
+        z = (y - X @ beta) / sigma
+        u = z * z / nu
+        lp = (c * np.sum(np.log1p(u)) - N * np.log(sigma) - 0.5 * np.dot(beta, beta) / 25.0
+              - 0.5 * sigma * sigma)
+        w = (2.0 * c / nu) * z / (1.0 + u)            # d lp / d z
+        g = np.empty(D + 1)
+        g[:D] = -(X.T @ w) / sigma - beta / 25.0
+        g[D] = -np.dot(w, z) / sigma - N / sigma - sigma
+        return float(lp), g
+
+    return Workload(
+        name="student-t",
+        f=f,
+        x0=x0,
+        numpy_vg=numpy_vg,
+        c_name="ref_student_t_vg",
+        c_args=lambda w: (np.asarray(w.data["X"], dtype=np.float64),
+                          np.asarray(w.data["y"], dtype=np.float64), *w.data["X"].shape, _ST_NU),
+        data={"X": X, "y": y},
+        params={"N": N, "D": D, "seed": seed},
+    )
+
+
 ALL = {k: f for k, f in WORKLOADS.items() if f.has_c_reference}
 EXTRA = {k: f for k, f in WORKLOADS.items() if not f.has_c_reference}

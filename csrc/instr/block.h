@@ -1,0 +1,235 @@
+/* BLOCK / ENDBLOCK: a fused, tiled run of elementwise instructions.
+ *
+ *   BLOCK    n, out = m, a = T, b = s0, c = mask
+ *   m member instructions, each elementwise over the same n elements
+ *   ENDBLOCK the same words
+ * (both carry adjoint flag 1 when a member has reverse or tangent work).
+ *
+ * Tile-local results.  Bit k of mask: member k's result is read by nobody
+ * but later members of the block, so it never gets an arena region of n
+ * elements: it lives in a slot of T elements of the block's scratch,
+ * [s0 + r*T, s0 + r*T + T) for the r-th such member, and every member word
+ * naming it holds that slot's offset (not shifted per tile).  The reverse
+ * and tangent sweeps recompute those results tile by tile (the same
+ * expressions: the same bits) before they need them, and zero the slots'
+ * adjoints per tile.  The arena then holds neither their values nor their
+ * adjoints: no pass over memory writes, zeroes or reads them back, which
+ * is most of the memory traffic of an elementwise-heavy program.
+ *
+ * numpy (and the VM without blocks) makes one pass over memory per
+ * instruction; a block runs all m members over elements [t, t + T) before
+ * moving to the next tile, so a member's operands, written a moment before
+ * by an earlier member, are still in L1 (numexpr's blocking, XLA's loop
+ * fusion, interpreted).  The forward sweep runs the block from BLOCK and
+ * jumps past ENDBLOCK; the reverse sweep runs the members' reverses, last
+ * member first within each tile, from ENDBLOCK and jumps past BLOCK.  The
+ * tangent sweep runs the members' tangents tile by tile, in order.
+ *
+ * Why the bits do not change.  Every member is elementwise (isa.py's
+ * `blockable`), so a member over one tile computes exactly its elements of
+ * the full instruction, with the same C expression.  What the verifier
+ * checks below makes the tiled order compute the same thing:
+ *   - a member reads an earlier member's output only as that whole region
+ *     (same offset): element i of it was written in the same tile, before;
+ *   - every other operand (array or one element) lies outside every
+ *     member's output: nothing the block writes is read across tiles;
+ *   - member outputs do not overlap each other;
+ *   - a one-element operand never needs an adjoint: its adjoint is a sum
+ *     over all n elements, which tiling would round differently.
+ * Adjoints of array operands are accumulated per element; per slot, the
+ * order of contributions across members must stay the unfused one, which
+ * depends on offsets and tile boundaries: the compiler checks it when it
+ * forms a block (src/revtape/blocks.py), the verifier checks memory
+ * safety and the rules above.
+ *
+ * Members of a block run only through it: every sweep runs the block as a
+ * whole (the VM's range entry points refuse a range that cuts one), and the
+ * verifier checks each member as its first and its last tile run it.
+ * The sweeps' cases are in vm.c (they run the sweep itself over the member
+ * words of one tile); this file holds the tiling and the verify functions.
+ */
+
+/* Most members one block may hold (the tile's words live on the stack; the
+ * mask is one int32 word). */
+#define RT_BLOCK_MAX 30
+
+/* Per opcode: which of the words out, a, b, c are arrays of n elements
+ * (bit 0: out, 1: a, 2: b, 3: c), i.e. shift by the tile's start. */
+#define RT_BLK_SHIFT_(NAME, N, OUT, A, B, C, ...)                             \
+    [RT_OP_##NAME] = (uint8_t)((RT_W_##OUT == RT_W_N) | ((RT_W_##A == RT_W_N) << 1) \
+                               | ((RT_W_##B == RT_W_N) << 2) | ((RT_W_##C == RT_W_N) << 3)),
+static const uint8_t rt_block_shift[RT_NUM_OPS] = { RT_INSTRS(RT_BLK_SHIFT_) };
+#undef RT_BLK_SHIFT_
+
+/* Per opcode: which of a, b, c are arena operands (bit 1: a, 2: b, 3: c). */
+#define RT_BLK_USED_(NAME, N, OUT, A, B, C, ...)                              \
+    [RT_OP_##NAME] = (uint8_t)(((RT_W_##A != RT_W_NONE) << 1) | ((RT_W_##B != RT_W_NONE) << 2) \
+                               | ((RT_W_##C != RT_W_NONE) << 3)),
+static const uint8_t rt_block_used[RT_NUM_OPS] = { RT_INSTRS(RT_BLK_USED_) };
+#undef RT_BLK_USED_
+
+#define RT_BLK_MEMBER_(NAME) [RT_OP_##NAME] = 1,
+static const uint8_t rt_block_member[RT_NUM_OPS] = { RT_BLOCKABLE(RT_BLK_MEMBER_) };
+#undef RT_BLK_MEMBER_
+
+/* One block, from its BLOCK words w (verified). */
+typedef struct {
+    const int32_t *mem;     /* the member words */
+    int64_t n, m, T;
+    int64_t s0, s1;         /* the scratch [s0, s1): one T-slot per tile-local member */
+    uint32_t mask;          /* bit k: member k's result is tile-local */
+} rt_block;
+
+static inline int rt_block_popcount(uint32_t x)
+{
+    int k = 0;
+    for (; x; x &= x - 1)
+        k++;
+    return k;
+}
+
+static inline void rt_block_init(rt_block *bk, const int32_t *w)
+{
+    bk->mem = w + RT_WORDS;
+    bk->n = w[1]; bk->m = w[2]; bk->T = w[3];
+    bk->mask = (uint32_t)w[5];
+    bk->s0 = bk->mask ? w[4] : 0;
+    bk->s1 = bk->s0 + (int64_t)rt_block_popcount(bk->mask) * bk->T;
+}
+
+/* The words of the members (only the tile-local ones: `local`) restricted
+ * to elements [t, t + len), written into buf; returns how many.  Array
+ * words shift by t, except those naming a scratch slot. */
+static inline int64_t rt_block_tile(const rt_block *bk, int64_t t, int64_t len, int local,
+                                    int32_t *buf)
+{
+    int64_t k, j, cnt = 0;
+    for (k = 0; k < bk->m; k++) {
+        const int32_t *w = bk->mem + k * RT_WORDS;
+        int32_t *u = buf + cnt * RT_WORDS;
+        const uint8_t sh = rt_block_shift[w[0] & RT_OPCODE_MASK];
+        if (local && !((bk->mask >> k) & 1))
+            continue;
+        u[0] = w[0];
+        u[1] = (int32_t)len;
+        for (j = 0; j < 4; j++) {
+            const int64_t x = w[2 + j];
+            u[2 + j] = ((sh >> j) & 1) && !(x >= bk->s0 && x < bk->s1) ? (int32_t)(x + t)
+                                                                        : (int32_t)x;
+        }
+        cnt++;
+    }
+    return cnt;
+}
+
+static inline int rt_block_overlaps(int64_t o1, int64_t l1, int64_t o2, int64_t l2)
+{
+    return l1 > 0 && l2 > 0 && o1 < o2 + l2 && o2 < o1 + l1;
+}
+
+/* The block's own words, its members' kinds and dataflow, its scratch and
+ * its ENDBLOCK.  (vm.c then checks each member's regions as its first and
+ * last tile see them: rt_verify_block_members.) */
+RT_VERIFY_FN(BLOCK)
+{
+    const rt_program *p = vc->p;
+    const int64_t pc = vc->pc, n = w[1], m = w[2], T = w[3];
+    const int32_t *e;
+    rt_block bk;
+    int64_t k, j, i, slot;
+    (void)len;
+    if (m < 1 || m > RT_BLOCK_MAX)
+        return rt_vfail(vc, "member count %lld is not in 1 .. %d", (long long)m, RT_BLOCK_MAX);
+    if (T < 1)
+        return rt_vfail(vc, "tile %lld must be >= 1", (long long)T);
+    if ((uint32_t)w[5] >> m)
+        return rt_vfail(vc, "mask 0x%x names members beyond the %lld", (unsigned)w[5],
+                        (long long)m);
+    if (w[5] == 0 && w[4] != 0)
+        return rt_vfail(vc, "scratch offset %lld without tile-local members", (long long)w[4]);
+    if (pc + m + 1 >= p->n_instr)
+        return rt_vfail(vc, "its %lld members and ENDBLOCK run past the program's end",
+                        (long long)m);
+    e = w + (m + 1) * RT_WORDS;
+    if ((e[0] & RT_OPCODE_MASK) != RT_OP_ENDBLOCK || e[1] != w[1] || e[2] != w[2]
+        || e[3] != w[3] || e[4] != w[4] || e[5] != w[5])
+        return rt_vfail(vc, "instruction %lld is not the ENDBLOCK with the same words",
+                        (long long)(pc + m + 1));
+    rt_block_init(&bk, w);
+    if (bk.mask && !rt_vregion(vc, "scratch", bk.s0, bk.s1 - bk.s0, 1))
+        return 0;
+    for (k = 0, slot = bk.s0; k < m; k++) {
+        const int32_t *u = bk.mem + k * RT_WORDS;
+        const int32_t op = u[0] & RT_OPCODE_MASK;
+        const int local = (bk.mask >> k) & 1;
+        uint8_t sh;
+        uint32_t fl;
+        if (u[0] < 0 || op >= RT_NUM_OPS || !rt_block_member[op])
+            return rt_vfail(vc, "member %lld (instruction %lld) is not an elementwise "
+                            "instruction a block may hold", (long long)k, (long long)(pc + 1 + k));
+        if (u[1] != n)
+            return rt_vfail(vc, "member %lld has %lld elements, the block %lld", (long long)k,
+                            (long long)u[1], (long long)n);
+        if (local && u[2] != slot)
+            return rt_vfail(vc, "tile-local member %lld writes @%lld, not its scratch slot @%lld",
+                            (long long)k, (long long)u[2], (long long)slot);
+        if (!local && rt_block_overlaps(u[2], n, bk.s0, bk.s1 - bk.s0))
+            return rt_vfail(vc, "member %lld's output overlaps the scratch", (long long)k);
+        sh = rt_block_shift[op];
+        fl = (uint32_t)u[0] >> RT_FLAGS_SHIFT;
+        for (j = 1; j < 4; j++) {
+            const int64_t off = u[2 + j];
+            const int arr = (sh >> j) & 1;
+            int from_member = 0;
+            if (!((rt_block_used[op] >> j) & 1))
+                continue;
+            if (!arr && (fl >> (j - 1)) & 1)
+                return rt_vfail(vc, "member %lld: one-element operand %c needs an adjoint "
+                                "(its sum over the tiles would round differently)",
+                                (long long)k, (int)("abc"[j - 1]));
+            for (i = 0; i < k; i++)
+                if (arr && off == bk.mem[i * RT_WORDS + 2]) {
+                    from_member = 1;
+                    break;
+                }
+            if (from_member)
+                continue;
+            if (rt_block_overlaps(bk.s0, bk.s1 - bk.s0, off, arr ? n : 1))
+                return rt_vfail(vc, "member %lld: operand %c reads the scratch without being "
+                                "an earlier member's slot", (long long)k, (int)("abc"[j - 1]));
+            for (i = 0; i < m; i++) {
+                const int64_t out = bk.mem[i * RT_WORDS + 2];
+                if (!((bk.mask >> i) & 1) && rt_block_overlaps(out, n, off, arr ? n : 1))
+                    return rt_vfail(vc, "member %lld: operand %c overlaps member %lld's output "
+                                    "without being an earlier member's whole output",
+                                    (long long)k, (int)("abc"[j - 1]), (long long)i);
+            }
+        }
+        for (i = 0; i < k; i++)
+            if (!local && !((bk.mask >> i) & 1)
+                && rt_block_overlaps(bk.mem[i * RT_WORDS + 2], n, u[2], n))
+                return rt_vfail(vc, "members %lld and %lld write overlapping regions",
+                                (long long)i, (long long)k);
+        if (local)
+            slot += T;
+    }
+    return 1;
+}
+
+RT_VERIFY_FN(ENDBLOCK)
+{
+    const int64_t pc = vc->pc, m = w[2];
+    const int32_t *s;
+    int64_t j;
+    (void)len;
+    if (m < 1 || m > RT_BLOCK_MAX || pc - m - 1 < 0)
+        return rt_vfail(vc, "no BLOCK %lld instructions before it", (long long)(m + 1));
+    s = w - (m + 1) * RT_WORDS;
+    for (j = 1; j < RT_WORDS; j++)
+        if (s[j] != w[j])
+            break;
+    if ((s[0] & RT_OPCODE_MASK) != RT_OP_BLOCK || j < RT_WORDS)
+        return rt_vfail(vc, "instruction %lld is not the BLOCK with the same words",
+                        (long long)(pc - m - 1));
+    return 1;
+}
