@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <sched.h>
 
 #include "vm.h"
 #include "ops_generated.h"
@@ -1076,6 +1077,31 @@ int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g)
         *value = p->vals[p->out_off];
     }
     return rt_release_hot(p, st, t0);
+}
+
+/* ctape.bind's one-call path (vm.h: rt_bound).  Waiting on RT_BUSY instead
+ * of reporting it: the bound call has no Python frame to raise from, and the
+ * replay holding the program is C that finishes (programs with PYCALL, whose
+ * replays could wait on Python, are never bound this way). */
+double rt_bound_value_and_grad(rt_bound *b)
+{
+    double value = 0.0;
+    int st, spins = 0;
+    while ((st = rt_value_and_grad(b->p, b->x, &value, b->g)) == RT_BUSY)
+        if (++spins > 100)
+            sched_yield();
+    if (st == RT_OK_HOT) {
+        st = RT_OK;
+        if (b->on_hot != NULL)
+            b->on_hot(b->hot_ctx);
+    }
+    if (st != RT_OK) {
+        b->status = st;
+        return NAN;
+    }
+    if (b->mark != NULL)
+        __atomic_store_n(b->mark, b->mark_id, __ATOMIC_RELAXED);
+    return value;
 }
 
 int rt_vjp(rt_program *p, const double *x, const double *w, double *y, double *g)

@@ -102,6 +102,21 @@ typedef struct rt_program {
     int64_t hot_ns;       int64_t hot_max_ns;
 } rt_program;
 
+/* ctape.bind(x, g) as one C call (rt_bound_value_and_grad): compiled.py
+ * builds one for a program whose value_and_grad can only end RT_OK, RT_OK_HOT
+ * or RT_BUSY (no guard, no PYCALL, no checked kernel), so that no Python
+ * frame runs around the replay.  After each replay it stores mark_id into
+ * *mark (a cell shared by the bound calls of one tape: which arena holds the
+ * tape's last replay, compiled.py _FastMarks). */
+typedef struct rt_bound {
+    rt_program *p;
+    const double *x;      double *g;
+    int64_t *mark;        int64_t mark_id;
+    void (*on_hot)(void *ctx);  /* RT_OK_HOT: start the native build (may be NULL) */
+    void *hot_ctx;
+    int32_t status;       /* a status other than RT_OK the call could not raise (diagnostics) */
+} rt_bound;
+
 /* What a caller must read while its call still owns the program (once busy
  * is released another thread may overwrite the arena): see rt_forward_report. */
 typedef struct rt_report {
@@ -197,6 +212,12 @@ int rt_batch_soa_par(rt_program *const *pws, int32_t n_par, int64_t n_in, int64_
  * store: a replay running on another thread finishes with the sweeps it
  * started with, the next one uses n.  n must stay valid while p lives. */
 void rt_set_native(rt_program *p, const rt_native *n);
+
+/* value_and_grad at b->x into b->g, returning the value: a concurrent
+ * replay of b->p (RT_BUSY) is waited for, not reported; RT_OK_HOT calls
+ * b->on_hot.  Any other status (compiled.py never binds a program that can
+ * return one) is left in b->status and the value is nan. */
+double rt_bound_value_and_grad(rt_bound *b);
 
 /* The VM's sweeps over instructions [lo, hi) of a verified program, for
  * generated code that leaves some instructions to the VM: forward runs lo ..

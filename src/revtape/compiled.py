@@ -18,6 +18,7 @@ import math
 import threading
 import time
 import types
+import weakref
 
 import numpy as np
 
@@ -347,8 +348,12 @@ class CompiledTape:
         return res[0] if getattr(layout, "legacy_single", False) else res
 
     def _mark_replayed(self):
-        if self._tape is not None:
-            self._tape._replayed_by = self._arena
+        tape = self._tape
+        if tape is not None:
+            if tape._fast_marks is None:
+                tape._replayed_by = self._arena
+            else:
+                tape._fast_marks.mark(self._arena)
 
     def _status(self, status, xp=None, report=None):
         """Raise the error for a VM status.  Everything reported is read while a
@@ -522,7 +527,10 @@ class CompiledTape:
                     self._status(st, xp)
                 tape = self._tape
                 if tape is not None:
-                    tape._replayed_by = self._arena
+                    if tape._fast_marks is None:
+                        tape._replayed_by = self._arena
+                    else:
+                        tape._fast_marks.mark(self._arena)
                 return dest[2][0], dest[0]
         return self._value_and_gradient(x, out)
 
@@ -819,8 +827,8 @@ class CompiledTape:
             if st != RT_OK:
                 row = bounds[j] + rows[j][0]
                 self._batch_error(st, arenas[j], row, xp + row * n_in)
-        if k and self._tape is not None and not wide:
-            self._tape._replayed_by = self._arena
+        if k and not wide:
+            self._mark_replayed()
 
     @property
     def _wide_run1(self):
@@ -910,6 +918,8 @@ class CompiledTape:
         p, vg, status, tape, arena = self._p, self._vgf, self._status, self._tape, \
             self._arena
         xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
+        if self._one_call_ok():
+            return self._bind_one_call(xp, gp)
         value = ffi.new("double *")
         # Arguments bound once; a partial of the native tier's partial is
         # flattened into one C-level call.
@@ -920,7 +930,10 @@ class CompiledTape:
             if st:
                 status(st, xp)
             if tape is not None:
-                tape._replayed_by = arena
+                if tape._fast_marks is None:
+                    tape._replayed_by = arena
+                else:
+                    tape._fast_marks.mark(arena)
             return value[0]
 
         run.ctape = self          # keeps the program (and the buffers, via xp/gp) alive
@@ -928,6 +941,44 @@ class CompiledTape:
         # __self__ refuses to pickle with advice: the callable holds raw pointers
         # into this process's buffers.
         return types.MethodType(run, _BoundPin())
+
+    def _one_call_ok(self):
+        """Whether bind() may be one C call (rt_bound_value_and_grad): its
+        value_and_grad can end only RT_OK, RT_OK_HOT or RT_BUSY, the statuses
+        the C side handles without raising -- no guard (BranchChanged), no
+        PYCALL (a callback's error), no checked kernel (IndexInputError)."""
+        if self._p.guarded or self._ws is not None:
+            return False
+        kinds = {isa.instr(int(op) & isa.OPCODE_MASK).kernel
+                 for op in np.unique(self._code[:, 0]).tolist()}
+        return not kinds & {"checked", "callback"}
+
+    def _bind_one_call(self, xp, gp):
+        """bind() as a partial of one cffi call: no Python frame per call.
+        The value comes back as the C function's return; a concurrent replay
+        is waited for (README: Native tier); rt.value(tape.output) learns of
+        each replay through the tape's _FastMarks cell, which C writes."""
+        b = ffi.new("rt_bound *")
+        b.p, b.x, b.g = self._p, xp, gp
+        keep = [self, xp, gp]
+        if self._p.hot_max_calls > 0:           # native="auto" is counting: hot() at the crossing
+            h = ffi.new_handle(self)
+            b.on_hot, b.hot_ctx = lib.rt_py_hot, h
+            keep.append(h)
+        tape = self._tape
+        if tape is not None:
+            marks = tape._fast_marks
+            if marks is None:
+                marks = tape._fast_marks = _FastMarks()
+                if tape._replayed_by is not None:      # a compiled replay not yet pulled
+                    marks.mark(tape._replayed_by)
+                tape._replayed_by = marks
+            b.mark, b.mark_id = marks.cell, marks.id_of(self._arena)
+            keep.append(marks)
+        call = _OneCall(lib.rt_bound_value_and_grad, b, keep)
+        if tape is not None:
+            marks.bound(self._arena, call)
+        return call
 
     def jacobian(self, x, out=None):
         """d output / d input at x (output.shape + input.shape): one reverse sweep per
@@ -1109,6 +1160,83 @@ class CompiledTape:
         return (_rebuild, (self._program.to_state(), self._tape, self._guards,
                            self._n_grad_inputs)
                 + ((self._native,) if self._native != "auto" else ()))
+
+
+class _OneCall(_partial):
+    """ctape.bind(x_buf, g_buf) as one C call (a functools.partial of
+    rt_bound_value_and_grad, called without a Python frame).  Holds the
+    compiled tape, the buffers' pointers and the rt_bound struct alive;
+    refuses to pickle, as every bound callable does."""
+
+    def __new__(cls, fn, b, keep):
+        self = super().__new__(cls, fn, b)
+        self.ctape, self._keep = keep[0], keep
+        return self
+
+    def __reduce__(self):
+        _BoundPin().__reduce__()
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class _FastMarks:
+    """tape._replayed_by once a one-call bind of the tape exists: C writes the
+    id of the arena each bound replay ran in into `cell`, the Python replay
+    paths write theirs (mark) or 0 (clear: the tape's own reference replay),
+    and rt.value reads the arena the cell names.  An arena is held while a
+    bound call of it lives or while the cell names it (as _replayed_by held
+    the last arena), so `ctape.bind(x, g)()` on a temporary ctape still
+    reports its replay."""
+
+    __slots__ = ("cell", "arenas", "binds")
+
+    def __init__(self):
+        self.cell = ffi.new("int64_t[1]")
+        self.arenas = [None]                 # id -> _Arena (or None once let go)
+        self.binds = {}                      # id -> WeakSet of its live bound calls
+
+    def id_of(self, arena):
+        i = arena.mark_id
+        if not (0 < i < len(self.arenas) and self.arenas[i] is arena):
+            cur = self.cell[0]
+            for j in range(1, len(self.arenas)):      # let go of arenas nothing can name
+                if j != cur and not self.binds.get(j):
+                    self.arenas[j] = None
+            self.arenas.append(arena)
+            i = arena.mark_id = len(self.arenas) - 1
+        return i
+
+    def bound(self, arena, call):
+        self.binds.setdefault(self.id_of(arena), weakref.WeakSet()).add(call)
+
+    def mark(self, arena):
+        self.cell[0] = self.id_of(arena) if isinstance(arena, _Arena) else 0
+
+    def clear(self):
+        self.cell[0] = 0
+
+    def read_replay(self):
+        """The last compiled replay (as _Arena.read_replay), or None when the
+        tape's own values are the last replay; consumed once read."""
+        i = self.cell[0]
+        arena = self.arenas[i] if 0 < i < len(self.arenas) else None
+        if arena is None:
+            return None
+        got = arena.read_replay()
+        if self.cell[0] == i:
+            self.cell[0] = 0
+        return got
+
+
+@ffi.def_extern()
+def rt_py_hot(ctx):
+    """A one-call bind crossed native="auto"'s budget: queue the native build."""
+    try:
+        from . import native as _native
+        _native.hot(ffi.from_handle(ctx))
+    except BaseException:        # noqa: BLE001 - C called us; the VM keeps serving
+        pass
 
 
 _BIND_NEEDS = "bind() needs a gradient tape (scalar output)"
@@ -1546,10 +1674,11 @@ class _Arena:
     holds this (not the CompiledTape, which holds the tape), and rt.value
     reads the last replay's inputs and output from it, lazily."""
 
-    __slots__ = ("p", "program", "keep")
+    __slots__ = ("p", "program", "keep", "mark_id")
 
     def __init__(self, p, program, keep):
         self.p, self.program, self.keep = p, program, keep
+        self.mark_id = 0                   # its number in the tape's _FastMarks
 
     def read_replay(self):
         """(flat inputs, flat output, program) of the last complete replay, read

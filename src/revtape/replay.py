@@ -24,6 +24,10 @@ class Replay:
     """Tape's replay methods (forward, gradient, jacobian, hessian, hvp, vjp)
     and their plumbing; mixed into Tape."""
 
+    # compiled._FastMarks once a one-call ctape.bind() exists for this tape:
+    # then _replayed_by stays that object, which knows the last replay.
+    _fast_marks = None
+
     # ------------------------------------------------ replay plumbing
     def _check_finished(self):
         if self._recording:
@@ -39,8 +43,11 @@ class Replay:
         arena = self._replayed_by
         if arena is None:                         # another thread pulled it meanwhile
             return
-        x, y, prog = arena.read_replay()
-        if self._replayed_by is arena:
+        got = arena.read_replay()
+        if got is None:                           # _FastMarks: no compiled replay since
+            return
+        x, y, prog = got
+        if self._replayed_by is arena and self._fast_marks is None:
             self._replayed_by = None
         for t, (off, shape, is_float) in zip(self._inputs, prog.inputs):
             self._vals[t._id] = (float(x[off]) if is_float else
@@ -65,7 +72,10 @@ class Replay:
             new.append(check_input(xi, shape_of(rec), float_input=type(rec) is float))
         for t, v in zip(self._inputs, new):
             self._vals[t._id] = v
-        self._replayed_by = None
+        if self._fast_marks is None:
+            self._replayed_by = None
+        else:
+            self._fast_marks.clear()
 
     def _run_forward(self):
         vals = self._vals

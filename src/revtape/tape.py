@@ -394,6 +394,7 @@ class Tape(Replay):
         state["_active"] = None
         state["_htape"] = None
         state["_replayed_by"] = None
+        state.pop("_fast_marks", None)     # C cells of this process's bound calls
         state.pop("_func", None)   # the user's function is not needed to replay
         return state
 
