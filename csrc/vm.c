@@ -348,10 +348,14 @@ RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w)
 }
 
 /* Tiles in ascending order (the order blocks.py checks), each running its
- * members' reverses last member first: every slot receives one member's
+ * members' reverses (or tangents) through `sweep`, the VM's range sweep:
+ * reverses last member first, so every slot receives one member's
  * contributions in element order, as the member's own loop adds them.
- * Tile-local results are recomputed first and their adjoints start at 0. */
-RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w)
+ * Tile-local results are recomputed first and their adjoints start at 0.
+ * The tangent sweep's q shares p's native table, hence the VM's range sweep
+ * and never the native one. */
+static void rt_block_backward(const rt_program *p, const int32_t *w,
+                              int (*sweep)(const rt_program *, int64_t, int64_t))
 {
     int32_t buf[RT_BLOCK_MAX * RT_WORDS];
     rt_program q = *p;
@@ -367,8 +371,18 @@ RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w)
             memset(p->adj + bk.s0, 0, (size_t)(bk.s1 - bk.s0) * sizeof(double));
         }
         q.n_instr = rt_block_tile(&bk, t, len, 0, buf);
-        (void)rt_run_reverse_range(&q, 0, q.n_instr);
+        (void)sweep(&q, 0, q.n_instr);
     }
+}
+
+RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w)
+{
+    rt_block_backward(p, w, rt_run_reverse_range);
+}
+
+RT_NOINLINE static void rt_block_tangent(const rt_program *p, const int32_t *w)
+{
+    rt_block_backward(p, w, rt_run_tangent_range);
 }
 
 /* The forward sweep's BLOCK at pc: the block, when it ends before hi (the
@@ -404,26 +418,6 @@ RT_NOINLINE static int64_t rt_block_reverse_at(const rt_program *p, int64_t pc, 
     return pc - m - 1;
 }
 
-RT_NOINLINE static void rt_block_tangent(const rt_program *p, const int32_t *w)
-{
-    int32_t buf[RT_BLOCK_MAX * RT_WORDS];
-    rt_program q = *p;
-    rt_block bk;
-    int64_t t, len;
-    rt_block_init(&bk, w);
-    q.code = buf;
-    for (t = 0; t < bk.n; t += bk.T) {
-        len = bk.n - t < bk.T ? bk.n - t : bk.T;
-        if (bk.mask) {
-            q.n_instr = rt_block_tile(&bk, t, len, 1, buf);
-            (void)rt_run_forward_range(&q, 0, q.n_instr);
-            memset(p->adj + bk.s0, 0, (size_t)(bk.s1 - bk.s0) * sizeof(double));
-        }
-        q.n_instr = rt_block_tile(&bk, t, len, 0, buf);
-        /* the VM's sweep over the tile's words (q shares p's native table) */
-        (void)rt_run_tangent_range(&q, 0, q.n_instr);
-    }
-}
 
 /* A block's members as its first and its last tile run them: every region
  * any tile touches lies between the two (operands shift by the tile's

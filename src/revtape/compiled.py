@@ -525,12 +525,7 @@ class CompiledTape:
                 st = self._vgf(self._p, xp, dest[2], dest[1])
                 if st:
                     self._status(st, xp)
-                tape = self._tape
-                if tape is not None:
-                    if tape._fast_marks is None:
-                        tape._replayed_by = self._arena
-                    else:
-                        tape._fast_marks.mark(self._arena)
+                self._mark_replayed()
                 return dest[2][0], dest[0]
         return self._value_and_gradient(x, out)
 
