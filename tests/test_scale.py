@@ -245,7 +245,7 @@ def test_the_searches_read_the_columns_as_the_tuples(columns, name, f, x):
         got = list(low._kept_rows(mask))
         assert got == want and all(type(a) is tuple for _, _, a in got)
         # chunks of 3, and the first two operands of each (the rest: by index)
-        rows = low.kept.rows(np.flatnonzero(mask), chunk=3)
+        rows = low.kept.rows(mask, chunk=3)
         firsts = [(k, out, (a, b)[:n], n) for ks, outs, a0, a1, na in rows
                   for k, out, a, b, n in zip(ks, outs, a0, a1, na)]
         assert firsts == [(k, out, args[:2], len(args)) for k, out, args in want]

@@ -381,7 +381,7 @@ class _Lowering:
             for k, (_, out, args, _) in itertools.compress(enumerate(kept), mask.tolist()):
                 yield k, out, args
             return
-        for chunk in kept.rows(np.flatnonzero(mask)):
+        for chunk in kept.rows(mask):
             for k, out, a, b, n in zip(*chunk):
                 yield k, out, (a, b) if n == 2 else (a,) if n == 1 else kept[k][2]
 
@@ -392,7 +392,7 @@ class _Lowering:
             for k, (_, out, (a, b), _) in itertools.compress(enumerate(kept), mask.tolist()):
                 yield k, out, a, b
             return
-        for ks, outs, a0, a1, na in kept.rows(np.flatnonzero(mask)):
+        for ks, outs, a0, a1, na in kept.rows(mask):
             if na.count(2) != len(na):  # pragma: no cover - callers pass binary ops
                 raise AssertionError("_kept_pairs: an instruction without two operands")
             yield from zip(ks, outs, a0, a1)
