@@ -227,3 +227,25 @@ def test_hessian_of_a_tape_in_columns(columns):
     h0 = rt.HessianTape(f, x)
     assert isinstance(h0.instructions, list)
     np.testing.assert_array_equal(H, h0.hessian(x))
+
+
+@pytest.mark.parametrize("name,f,x", RECIPES, ids=[r[0] for r in RECIPES])
+def test_the_searches_read_the_columns_as_the_tuples(columns, name, f, x):
+    """fusions() and sum_chains() read a compact tape's kept instructions
+    from its columns (Selected.rows): the same (k, out, args) as the tuples,
+    for any subset (operand counts 1, 2, 3 mixed)."""
+    low = compiler._Lowering(_record(f, x), True, None)
+    low.analyse()
+    assert isinstance(low.tape.instructions, Columns)
+    tuples = list(low.kept)
+    rng = np.random.default_rng(len(tuples))
+    for mask in (np.ones(len(tuples), bool), rng.random(len(tuples)) < 0.3,
+                 np.zeros(len(tuples), bool)):
+        want = [(k, t[1], t[2]) for k, t in enumerate(tuples) if mask[k]]
+        got = list(low._kept_rows(mask))
+        assert got == want and all(type(a) is tuple for _, _, a in got)
+        # chunks of 3, and the first two operands of each (the rest: by index)
+        rows = low.kept.rows(mask, chunk=3)
+        firsts = [(k, out, (a, b)[:n], n) for ks, outs, a0, a1, na in rows
+                  for k, out, a, b, n in zip(ks, outs, a0, a1, na)]
+        assert firsts == [(k, out, args[:2], len(args)) for k, out, args in want]

@@ -22,6 +22,7 @@ import array
 import gc
 import itertools
 import math
+import operator
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
@@ -38,6 +39,10 @@ _GUARD = ops.OPS["guard"]
 _ADD, _MUL, _SUB, _SQUARE = (ops.OPS[n] for n in ("add", "mul", "sub", "square"))
 _TAKE = ops.OPS["take"]
 _SUM = ops.OPS["sum"]
+# the ops fusions() acts on (every other one neither fuses nor produces a fusable result)
+_FUSION_OPS = frozenset((_ADD, _MUL, _SUB, _SQUARE, _TAKE, _SUM))
+_ADD_SUB = frozenset((_ADD, _SUB))
+_K_FUSION, _K_ADD_SUB, _K_OWNS = 1, 2, 4     # _Lowering._kept_kinds
 
 
 @dataclass
@@ -341,6 +346,57 @@ class _Lowering:
         idx = np.broadcast_to(src, shape)
         return self.gather(self.offset[node], _size(s), idx, self.adj[node])
 
+    def _kept_ops(self):
+        """The kept instructions' ops, as a list (8 bytes an instruction)."""
+        if getattr(self, "_kops", None) is None:
+            instrs = self.tape.instructions
+            self._kops = (list(itertools.compress(instrs.ops, self._keep))
+                          if isinstance(instrs, Columns) else list(map(_OPS, self.kept)))
+        return self._kops
+
+    def _kept_kinds(self):
+        """Per kept instruction, bits of what its op is to the fusion passes
+        (_K_*): one look-up per instruction, the op's bits computed once."""
+        if getattr(self, "_kinds", None) is None:
+            kops = self._kept_ops()
+            bits = {op: (_K_FUSION * (op in _FUSION_OPS) | _K_ADD_SUB * (op in _ADD_SUB)
+                         | _K_OWNS * (op.family not in _ALIASING)) for op in set(kops)}
+            self._kinds = np.fromiter(map(bits.__getitem__, kops), np.uint8, len(kops))
+        return self._kinds
+
+    def _kept_outs(self):
+        """The kept instructions' results (node ids), an int64 numpy array."""
+        instrs = self.tape.instructions
+        if isinstance(instrs, Columns):
+            return np.frombuffer(instrs.outs, np.int64)[
+                np.frombuffer(self._keep, np.uint8).astype(bool)]
+        return np.fromiter(map(_OUTS, self.kept), np.int64, len(self.kept))
+
+    def _kept_rows(self, mask):
+        """(k, out, args) of the kept instructions k where `mask` (a bool
+        array over them): on a compact tape from its columns, without the
+        tuples of the instructions between."""
+        kept = self.kept
+        if isinstance(kept, list):
+            for k, (_, out, args, _) in itertools.compress(enumerate(kept), mask.tolist()):
+                yield k, out, args
+            return
+        for chunk in kept.rows(mask):
+            for k, out, a, b, n in zip(*chunk):
+                yield k, out, (a, b) if n == 2 else (a,) if n == 1 else kept[k][2]
+
+    def _kept_pairs(self, mask):
+        """(k, out, a, b) of the kept two-operand instructions k where `mask`."""
+        kept = self.kept
+        if isinstance(kept, list):
+            for k, (_, out, (a, b), _) in itertools.compress(enumerate(kept), mask.tolist()):
+                yield k, out, a, b
+            return
+        for ks, outs, a0, a1, na in kept.rows(mask):
+            if na.count(2) != len(na):  # pragma: no cover - callers pass binary ops
+                raise AssertionError("_kept_pairs: an instruction without two operands")
+            yield from zip(ks, outs, a0, a1)
+
     def _uses(self):
         """node -> how many operands of kept instructions (guards included) it is"""
         return self._use_counts
@@ -356,14 +412,18 @@ class _Lowering:
         order as the pair would (bit-for-bit the same gradients)."""
         kept, vals = self.kept, self.vals
         uses, base = self._uses(), {}
-        for op, out, args, params in kept:
-            if op in _MAYBE_VIEWS:
-                base[out] = base.get(args[0], args[0])     # may be an alias of args[0]
+        # the ops alone (a list of references) answer most questions without
+        # building an instruction tuple from a compact tape's columns
+        kops = self._kept_ops()
+        n_kept = len(kops)
+        for m in itertools.compress(range(n_kept), map(_MAYBE_VIEWS.__contains__, kops)):
+            out, args = kept[m][1:3]
+            base[out] = base.get(args[0], args[0])     # may be an alias of args[0]
         slots = lambda args: {base.get(a, a) for a in args}
 
         def reads(m):
             # views (reshape, item) are offsets, never instructions: they accumulate nothing
-            if kept[m][0] in _VIEWS:
+            if kops[m] in _VIEWS:
                 return ()
             return slots(kept[m][2])
 
@@ -371,7 +431,7 @@ class _Lowering:
 
         def fusable(t, k, want):
             i = producer.get(t)
-            if (i is None or kept[i][0] is not want or uses[t] != 1 or t in self.roots
+            if (i is None or kops[i] is not want or uses[t] != 1 or t in self.roots
                     or k - i > 8 or i in inner_of):
                 return None
             if k - i > 1:                     # (adjacent: nothing in between to check)
@@ -380,8 +440,14 @@ class _Lowering:
                     return None
             return i
 
-        for k, (op, out, args, params) in enumerate(kept):
-            if not k & 4095 and producer:
+        # only these ops start or end a fusion: the loop skips the others
+        # (a sin, an exp) before their tuple is looked at
+        relevant = (self._kept_kinds() & _K_FUSION).astype(bool)
+        prune_at = 0
+        for k, out, args in self._kept_rows(relevant):
+            op = kops[k]
+            if k >= prune_at:
+                prune_at = k + 4096
                 # every fusion looks at most 8 instructions back: older
                 # producers are dropped (a million-entry dict otherwise)
                 for t in [t for t, i in producer.items() if i < k - 8]:
@@ -546,18 +612,28 @@ class _Lowering:
         Forward adds in the recorded order with the recorded roundings."""
         kept, vals, adj, roots = self.kept, self.vals, self.adj, self.roots
         uses = self._uses()
-        # node -> 1: a scalar result with its own slot; marked as the loop
-        # goes (an operand is always an earlier instruction's result: SSA)
+        kops = self._kept_ops()
+        # node -> 1: a scalar result with its own slot, marked for every kept
+        # instruction before the walk (an operand is always an earlier
+        # instruction's result (SSA), so marking as the walk went was the same)
+        is_float = np.fromiter(map(operator.is_, map(type, vals), itertools.repeat(float)),
+                               bool, len(vals))
+        outs = self._kept_outs()
+        kinds = self._kept_kinds()
+        own = is_float[outs] & (kinds & _K_OWNS).astype(bool)
+        if inner:
+            own[np.fromiter(inner, np.int64, len(inner))] = False
         owned = bytearray(len(vals))
+        np.frombuffer(owned, np.uint8)[outs[own]] = 1
         sole = lambda t: owned[t] and uses[t] == 1
         open_chains, absorbed, chains = {}, set(), {}
-        for k, (op, out, args, params) in enumerate(kept):
-            if op.family not in _ALIASING and k not in inner and type(vals[out]) is float:
-                owned[out] = 1
-            if ((op is not _ADD and op is not _SUB) or type(vals[out]) is not float
-                    or k in inner or k in outer):
+        # the walk visits the scalar additions and subtractions alone
+        cand = is_float[outs] & (kinds & _K_ADD_SUB).astype(bool)
+        del outs, own, is_float          # (a million-step tape's peak memory)
+        for k, out, a, b in self._kept_pairs(cand):
+            op = kops[k]
+            if k in inner or k in outer:
                 continue
-            a, b = args
             sign = 1 if op is _ADD else -1
             link = None
             for p, t in ((a, b), (b, a)) if op is _ADD else ((a, b),):
@@ -588,6 +664,7 @@ class _Lowering:
         vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
         fused_mul, fused_add = self.fusions()
         links, chains = self.sum_chains(fused_mul, fused_add)
+        self._kops = self._kinds = None   # (the searches' columns: not needed any more)
         ssd_sum, lower_pair = self.ssd_sum, self._lower_pair
         for k, instr in enumerate(self.kept):
             op, out, args, params = instr
