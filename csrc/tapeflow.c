@@ -87,7 +87,7 @@ static int64_t rt_fusable(const rt_kept_row *ring, int64_t k, int64_t t, uint8_t
     if (i < 0)
         return -1;
     const rt_kept_row *p = &ring[i % RT_WINDOW];
-    if (!(p->bits & want) || uses[t] != 1 || (nflags[t] & RT_LN_ROOT) || (role[i] & RT_LR_INNER))
+    if (!(p->bits & want) || p->na != 2 || uses[t] != 1 || (nflags[t] & RT_LN_ROOT) || (role[i] & RT_LR_INNER))
         return -1;
     for (int64_t m = i + 1; m < k; m++) {
         const rt_kept_row *q = &ring[m % RT_WINDOW];
@@ -125,7 +125,7 @@ int64_t rt_tape_fuse(int64_t n_instr, const int64_t *out, const int32_t *nargs,
         const int64_t *a = args + p;
         uint8_t bits = opbits[opidx[i]];
         int64_t o = out[i];
-        if (bits & RT_LB_MAYBE_VIEW)
+        if ((bits & RT_LB_MAYBE_VIEW) && o >= 0 && nargs[i] >= 1)
             map[o] = (int32_t)rt_base_of(map, a[0]);
         if (o >= 0 && (nflags[o] & RT_LN_FLOAT)) {
             if ((bits & RT_LB_ADD) && nargs[i] == 2) {
@@ -303,7 +303,7 @@ int32_t rt_tape_emit(int64_t *state, int64_t n_instr, const int64_t *out,
                 w[0] = opcode[opidx[i]] | (((d & adj[a[0]]) | ((d & adj[a[1]]) << 1)) << flags_shift);
                 w[4] = offset[a[1]];
             }
-        } else if (bits & RT_LB_VIEW) {
+        } else if ((bits & RT_LB_VIEW) && o >= 0 && nargs[i] >= 1) {
             int64_t v = (int64_t)offset[a[0]] + link[k];
             if (v > INT32_MAX || v < INT32_MIN) {
                 status = -1;

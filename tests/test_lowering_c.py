@@ -92,9 +92,12 @@ def _record(f, x):
 
 def _both(tape, monkeypatch, **kw):
     """The program from the C lowering and the one from the Python lowering."""
+    # (however few instructions are scalar: the C side runs on every tape here)
+    monkeypatch.setattr(compiler, "C_LOWERING_MAX_STOPS", 1.0)
     low = compiler._Lowering(tape, kw.get("guards", True), kw.get("n_grad"))
     low.analyse()
-    assert low._c_lowering()                          # the C lowering does run
+    low.layout()
+    assert low._c_lowering() and low.lower_c()        # the C lowering does run
     with_c = _program_bytes(tape, **kw)
     with monkeypatch.context() as m:
         m.setattr(compiler, "C_LOWERING", False)
@@ -129,6 +132,22 @@ def test_random_tapes_in_columns_lower_the_same_in_c(seed, monkeypatch):
 @pytest.mark.parametrize("name,f,x", RECIPES, ids=[r[0] for r in RECIPES])
 def test_recipes_lower_the_same_in_c(name, f, x, monkeypatch):
     _check(_record(f, x), monkeypatch)
+
+
+def test_array_programs_are_lowered_by_python_alone():
+    """A tape mostly of what Python emits skips the C side (each would be a
+    return from C): lower_c declines, and the program is the same."""
+    wl = W.WORKLOADS["rosenbrock-vec"]()
+    tape = _record(wl.f, wl.x0)
+    low = compiler._Lowering(tape, True, None)
+    low.analyse()
+    low.layout()
+    assert low._c_lowering() and low.lower_c() is False and len(low.words) == 0
+    tape = _record(W.chain(50).f, np.array([0.5]))
+    low = compiler._Lowering(tape, True, None)
+    low.analyse()
+    low.layout()
+    assert low.lower_c() is True
 
 
 def test_random_tapes_use_every_fusion():

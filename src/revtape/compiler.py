@@ -116,6 +116,9 @@ _OP_FUSION = np.array([op in _FUSION_OPS for op in _OP_LIST], bool)
 _OP_SUM = np.array([op is _SUM for op in _OP_LIST], bool)
 # Off: the Python lowering alone (tests compare the two programs)
 C_LOWERING = True
+# The largest share of kept instructions the C lowering leaves to Python
+# (each costs a return from C): above it, Python lowers the tape alone
+C_LOWERING_MAX_STOPS = 0.25
 
 
 class _Words:
@@ -161,33 +164,35 @@ class _KeptOps:
 
 class _WordBuf:
     """_Words for the C lowering: one int32 (capacity, 6) numpy array that
-    rt_tape_emit writes runs of words into and the Python lowering appends
-    single words to, in program order."""
-    __slots__ = ("buf", "n")
+    rt_tape_emit writes runs of words into; the Python lowering's words
+    between the runs go through a _Words (so a word past 32 bits raises
+    OverflowError as before) and are moved in before the next run."""
+    __slots__ = ("buf", "n", "_py", "append")
 
     def __init__(self, cap):
         self.buf = np.zeros((max(cap, 16), WORDS), np.int32)
         self.n = 0
+        self._py = _Words()
+        self.append = self._py.append
 
-    def reserve(self, more):
-        need = self.n + more
+    def flush(self, more=0):
+        """Move the Python lowering's words in; room for `more` after them."""
+        m = len(self._py)
+        need = self.n + m + more
         if need > len(self.buf):
             buf = np.zeros((max(need, 2 * len(self.buf)), WORDS), np.int32)
             buf[:self.n] = self.buf[:self.n]
             self.buf = buf
-
-    def append(self, w):
-        if self.n == len(self.buf):
-            self.reserve(1)
-        # (through an int32 array.array: a word past 32 bits raises OverflowError
-        # as _Words does, where numpy might wrap it)
-        self.buf[self.n] = array.array("i", w)
-        self.n += 1
+        if m:
+            self.buf[self.n:self.n + m] = self._py.to_numpy()
+            self.n += m
+            del self._py._a[:]
 
     def __len__(self):
-        return self.n
+        return self.n + len(self._py)
 
     def to_numpy(self):
+        self.flush()
         # (a view: the capacity past n was never written, and np.zeros'
         # untouched pages of a large array are not resident)
         return self.buf[:self.n]
@@ -779,8 +784,8 @@ class _Lowering:
         sum_chains() formed, scalar code inline (most of a scalar program, so
         no call per instruction), everything else by its row (_lower_array).
         With the C extension, the scalar part runs in C (lower_c)."""
-        if self._c_lowering():
-            return self.lower_c()
+        if self._c_lowering() and self.lower_c():
+            return
         vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
         fused_mul, fused_add = self.fusions()
         links, chains = self.sum_chains(fused_mul, fused_add)
@@ -822,7 +827,7 @@ class _Lowering:
         fusion off patch them), and node ids fit the C side's int32 links."""
         return (getattr(self, "_cols", None) is not None
                 and type(self).fusions is _SEARCHES[0] and type(self).sum_chains is _SEARCHES[1]
-                and len(self.vals) < 2**31 - 1)
+                and len(self.vals) < 2**31 - 1 and len(self.kept) < 2**31 - 1)
 
     def lower_c(self):
         """lower() with its scalar part in C (csrc/tapeflow.c): rt_tape_fuse
@@ -831,20 +836,35 @@ class _Lowering:
         fused groups and views in runs, stopping at each instruction this
         lowering emits (arrays, structure, linear algebra, guards, and the
         array fusions, which fusions() still finds, over array results only).
-        The words are the ones lower() writes (tests/test_lowering_c.py)."""
+        The words are the ones lower() writes (tests/test_lowering_c.py).
+        False (and nothing done) for a tape mostly of what Python emits."""
         ffi, lib = _lib()
         buf = ffi.from_buffer
         out, nargs, args, opidx = self._cols
         vals, keep = self.vals, self._keep
         n_nodes, n_kept = len(vals), len(self.kept)
+        keep_b = np.frombuffer(keep, np.uint8).astype(bool)
+        kidx = opidx[keep_b]
+        # Each instruction the Python lowering emits costs a return from C
+        # (a few us): a tape made mostly of those (a short array program) is
+        # lowered by Python alone -- the same words either way.  In C: views,
+        # and elementwise rows on floats (first by the rows alone).
+        kbits = _OP_BITS[kidx]
+        in_c = (kbits & (LB_VIEW | LB_SCALAR)).astype(bool)
+        if n_kept - int(np.count_nonzero(in_c)) > C_LOWERING_MAX_STOPS * n_kept:
+            self._cols = None            # (and the searches read the ops as a list)
+            return False
         # per node: a Python float (a scalar), a root
         nflags = np.fromiter(map(operator.is_, map(type, vals), itertools.repeat(float)),
                              np.uint8, n_nodes)
         for r in self.roots:
             nflags[r] |= LN_ROOT
-        keep_b = np.frombuffer(keep, np.uint8).astype(bool)
-        kidx = opidx[keep_b]
         kout = out[keep_b]
+        in_c &= (kbits & LB_VIEW).astype(bool) | (nflags[kout] & LN_FLOAT).astype(bool)
+        if n_kept - int(np.count_nonzero(in_c)) > C_LOWERING_MAX_STOPS * n_kept:
+            self._cols = None            # (and the searches read the ops as a list)
+            return False
+        del in_c, kbits
         role = np.zeros(n_kept, np.uint8)
         link = np.zeros(n_kept, np.int32)
         aux = np.zeros(n_kept, np.int32)
@@ -892,23 +912,24 @@ class _Lowering:
         diff_c, code_c = buf("uint8_t[]", _OP_DIFF), buf("int32_t[]", _OP_SCALAR_CODE)
         op_axpy, op_sqdiff, op_csum = OPC["AXPY"], OPC["SQDIFF"], OPC["CSUM"]
         ssd_sum = self.ssd_sum
+        head = (state_c, n_instr, cols[0], cols[1], cols[2], keep_c, opidx_c, bits_c, diff_c,
+                code_c, adj_c, nflags_c, role_c, link_c, aux_c, offset_c)
+        tail = (ints_c, op_axpy, op_sqdiff, op_csum, FLAGS_SHIFT)
+        words_c, words_buf = None, None
         while True:
             state[3], state[6] = self.next_free, len(self.ints)
-            words.reserve(n_kept - int(state[2]))
-            status = lib.rt_tape_emit(
-                state_c, n_instr, cols[0], cols[1], cols[2], keep_c, opidx_c, bits_c, diff_c,
-                code_c, adj_c, nflags_c, role_c, link_c, aux_c, offset_c,
-                buf("int32_t[]", words.buf) + WORDS * words.n, ints_c,
-                op_axpy, op_sqdiff, op_csum, FLAGS_SHIFT)
-            words.n += int(state[4])
-            self.next_free = int(state[3])
-            if state[5]:
-                self.ints.extend(ints[:state[5]].tolist())
+            words.flush(n_kept - int(state[2]))
+            if words.buf is not words_buf:
+                words_buf, words_c = words.buf, buf("int32_t[]", words.buf)
+            status = lib.rt_tape_emit(*head, words_c + WORDS * words.n, *tail)
+            i, _, k, self.next_free, nw, ni, _ = state.tolist()
+            words.n += nw
+            if ni:
+                self.ints.extend(ints[:ni].tolist())
             if status < 0:
                 raise OverflowError("an arena offset past int32")
             if status == 0:
                 break
-            i, k = int(state[0]), int(state[2])
             op, o, a, params = kept[k]
             if k in ssd_sum:
                 self._lower_ssd(o, fused_add[ssd_sum[k]][1])
@@ -919,6 +940,7 @@ class _Lowering:
             else:
                 self._lower_array(op, o, a, params)
             state[0], state[1], state[2] = i + 1, state[1] + nargs[i], k + 1
+        return True
 
     # ------------------------------------------------ fused groups
     def _lower_ssd(self, out, sub):
