@@ -211,3 +211,20 @@ def test_an_op_outside_the_table_does_not_take_the_c_lowering():
     low = compiler._Lowering(tape, True, None)
     low.analyse()
     assert low._c_lowering()
+
+
+@pytest.mark.parametrize("c_side", [True, False])
+def test_offsets_past_int32_are_refused_either_way(c_side, monkeypatch):
+    """An arena past 2^31 slots: the C side stops with -1 where the Python
+    lowering's int32 offset array raises OverflowError; both refuse the tape."""
+    layout = compiler._Lowering.layout
+
+    def near_the_end(self):
+        layout(self)
+        self.next_free = 2**31 - 3
+
+    monkeypatch.setattr(compiler._Lowering, "layout", near_the_end)
+    monkeypatch.setattr(compiler, "C_LOWERING", c_side)
+    tape = _record(W.chain(5).f, np.array([0.5]))
+    with pytest.raises(rt.RevtapeError, match="too large for 32-bit offsets"):
+        compiler.compile_tape(tape)
