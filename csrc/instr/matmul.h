@@ -88,13 +88,8 @@ RT_REV(MATMUL)
     }
     if (fl & 2) {
         double *dB = d + b;
-        if (N == 1) {
-            for (i = 0; i < M; i++) {       /* dB += G[i] * A[i, :] */
-                const double gi = G[i];
-                const double *ai = A + i * K;
-                for (k = 0; k < K; k++)
-                    dB[k] += ai[k] * gi;
-            }
+        if (N == 1) {                       /* dB += G[i] * A[i, :], kernels.c */
+            rt_k_matvec_t_acc(dB, A, G, M, K);
         } else {
             for (i = 0; i < M; i++) {       /* dB[k, :] += A[i, k] * G[i, :] */
                 const double *gi = G + i * N;
