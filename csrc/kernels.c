@@ -36,6 +36,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#define RT_VECMATH_INLINE 1   /* vecmath.h: rt_log1p inlined into the loops */
 #include "kernels.h"
 #include "specfun.h"
 

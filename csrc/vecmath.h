@@ -61,13 +61,22 @@
 #include <stdint.h>
 #include <string.h>
 
-/* always_inline: kernels.c's loops are compiled with other optimisation
- * options (the O3 pragma), and gcc inlines across such a difference only
- * when told to; a call would stop the vectoriser. */
-#if defined(__GNUC__)
+/* Array loops (kernels.c defines RT_VECMATH_INLINE before including this)
+ * need the function inlined, across the O3 pragma's different optimisation
+ * options, which gcc does only when told to (always_inline); a call would
+ * stop the vectoriser.  Everywhere else (vm.c's one-element dispatch, the
+ * native tier's scalar code, batch lanes) it stays an out-of-line call, as
+ * libm's was, so the dispatch loop's code does not grow.  Same source, no
+ * contraction: the same bits either way. */
+#if defined(__GNUC__) && defined(RT_VECMATH_INLINE)
 #define RT_VM_INLINE static inline __attribute__((always_inline))
+#define RT_VM_FUNC RT_VM_INLINE
+#elif defined(__GNUC__)
+#define RT_VM_INLINE static inline
+#define RT_VM_FUNC static __attribute__((noinline, unused))
 #else
 #define RT_VM_INLINE static inline
+#define RT_VM_FUNC static inline
 #endif
 
 RT_VM_INLINE uint64_t rt_vm_bits(double x)
@@ -84,7 +93,7 @@ RT_VM_INLINE double rt_vm_double(uint64_t u)
     return x;
 }
 
-RT_VM_INLINE double rt_log1p(double x)
+RT_VM_FUNC double rt_log1p(double x)
 {
     const uint64_t SQRT1_2 = 0x3fe6a09e667f3bcdULL;  /* bits of sqrt(2)/2 */
     const double LN2_HI = 0x1.62e42fefa38p-1, LN2_LO = 0x1.ef35793c7673p-45;
