@@ -101,9 +101,28 @@ def test_tile_local_results_leave_the_arena(monkeypatch):
     _, fused, unfused = _pair(FAMILIES["rosenbrock"], x0, monkeypatch)
     s = fused.stats()
     assert s["tile_local_results"] == 4              # SQUARE, SQDIFF, SUB_SV, SQUARE
-    # inputs, constants, the AXPY's result, the sum, 4 scratch slots of 32
-    assert s["arena_values"] == N + 2 + (N - 1) + 1 + 4 * 32
+    # inputs, constants, the AXPY's result, the sum, 4 scratch slots of 32,
+    # and the padding that starts the AXPY's result and the scratch on lines
+    base = N + 2 + (N - 1) + 1 + 4 * 32
+    assert base <= s["arena_values"] < base + 2 * blocks.ALIGN
     assert unfused.stats()["arena_values"] == N + 2 + 5 * (N - 1) + 1
+
+
+def test_block_arrays_start_on_cache_lines(monkeypatch):
+    """The arenas start on 64-byte lines and a block's kept results and its
+    scratch slots on multiples of 8 values (AVX-512 loops over misaligned
+    arrays split every access over two lines); the padding changes no bit."""
+    x0 = np.linspace(-1, 1, N)
+    tape, fused, unfused = _pair(FAMILIES["vv-shifted"], x0, monkeypatch)
+    code = fused.code
+    ops_ = _opcodes(fused)
+    b = ops_.index("BLOCK")
+    m, s0, mask = int(code[b, 2]), int(code[b, 4]), int(code[b, 5])
+    assert mask and s0 % blocks.ALIGN == 0
+    kept = [int(code[b + 1 + k, 2]) for k in range(m) if not (mask >> k) & 1]
+    assert kept and all(o % blocks.ALIGN == 0 for o in kept)
+    assert fused._vals.ctypes.data % 64 == 0 and fused._adj.ctypes.data % 64 == 0
+    _assert_same_bits(tape, fused, unfused, x0)
 
 
 def test_hessian_of_a_blocked_program(monkeypatch):
