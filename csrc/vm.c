@@ -449,49 +449,122 @@ static uint32_t rt_block_recompute(const rt_block *bk)
     return need;
 }
 
+/* Per opcode, the operands (bit 1: a, 2: b, 3: c) whose reverse kernel
+ * honours RT_KSET_* (kernels.h): the array operands of the instructions a
+ * block holds. */
+#define RT_BSET_U_(NAME, ...) [RT_OP_##NAME] = 2,
+#define RT_BSET_B_(NAME, ...) [RT_OP_##NAME##_VV] = 6, [RT_OP_##NAME##_VS] = 2, [RT_OP_##NAME##_SV] = 4,
+static const uint8_t rt_block_settable[RT_NUM_OPS] = {
+    RT_UNARY(RT_BSET_U_) RT_BINARY(RT_BSET_B_)
+    [RT_OP_WHERE_VV] = 12, [RT_OP_WHERE_VS] = 4, [RT_OP_WHERE_SV] = 8, [RT_OP_CLIP] = 2,
+    [RT_OP_AXPY] = 10, [RT_OP_SQDIFF] = 6,
+};
+#undef RT_BSET_U_
+#undef RT_BSET_B_
+
+/* The reverse sweep's first term into each tile-local adjoint slot, in the
+ * sweep's order (last member first): that member's operand gets its
+ * RT_KSET_* bit in the plan's op word, so the slot needs no zeroing.
+ * Returns the tile-local members whose slots still need it: no term at all
+ * (a member whose result's adjoint nobody writes reads zeros), or a first
+ * term from a member naming the slot twice (x * x: its kernel's two passes
+ * would both write) or from a kernel without the bits. */
+static uint32_t rt_block_first_terms(const rt_block *bk, rt_block_plan *pl)
+{
+    uint32_t touched = 0, zero = 0;
+    int64_t k, j, j2, i;
+    for (k = bk->m - 1; k >= 0; k--) {
+        const int32_t *u = bk->mem + k * RT_WORDS;
+        const int32_t op = u[0] & RT_OPCODE_MASK;
+        const uint32_t fl = (uint32_t)u[0] >> RT_FLAGS_SHIFT;
+        for (j = 1; j < 4; j++) {
+            int twice = 0;
+            if (!((fl >> (j - 1)) & 1) || !((rt_block_shift[op] >> j) & 1))
+                continue;
+            for (i = 0; i < k; i++)
+                if (((bk->mask >> i) & 1) && bk->mem[i * RT_WORDS + 2] == u[2 + j])
+                    break;
+            if (i == k || ((touched >> i) & 1))
+                continue;                   /* not a tile-local slot, or not its first term */
+            touched |= 1u << i;
+            for (j2 = 1; j2 < 4; j2++)
+                if (j2 != j && ((fl >> (j2 - 1)) & 1) && u[2 + j2] == u[2 + j])
+                    twice = 1;
+            if (twice || !((rt_block_settable[op] >> j) & 1))
+                zero |= 1u << i;
+            else
+                pl->base[k * RT_WORDS] |= (int32_t)(RT_KSET_A << (j - 1)) << RT_FLAGS_SHIFT;
+        }
+    }
+    return (zero | ~touched) & bk->mask;
+}
+
+/* Zeroes the adjoint slots of the tile-local members in `which`. */
+static void rt_block_zero_slots(const rt_program *p, const rt_block *bk, uint32_t which)
+{
+    int64_t k, r;
+    if (which == bk->mask) {
+        memset(p->adj + bk->s0, 0, (size_t)(bk->s1 - bk->s0) * sizeof(double));
+        return;
+    }
+    for (k = 0, r = 0; k < bk->m; k++)
+        if ((bk->mask >> k) & 1) {
+            if ((which >> k) & 1)
+                memset(p->adj + bk->s0 + r * bk->T, 0, (size_t)bk->T * sizeof(double));
+            r++;
+        }
+}
+
 /* Tiles in ascending order (the order blocks.py checks), each running its
  * members' reverses (or tangents) through `sweep`, the VM's range sweep:
  * reverses last member first, so every slot receives one member's
  * contributions in element order, as the member's own loop adds them.
- * Tile-local results some member's reverse reads are recomputed first and
- * every tile-local adjoint starts at 0.  The tangent sweep's q shares p's
- * native table, hence the VM's range sweep and never the native one. */
+ * Tile-local results some member's reverse reads are recomputed first.
+ * Tile-local adjoints start at 0: zeroed, or (reverse, tiles of 2+
+ * elements) written by their first term (rt_block_first_terms).  The
+ * tangent sweep's q shares p's native table, hence the VM's range sweep
+ * and never the native one. */
 static void rt_block_backward(const rt_program *p, const int32_t *w,
-                              int (*sweep)(const rt_program *, int64_t, int64_t))
+                              int (*sweep)(const rt_program *, int64_t, int64_t), int reverse)
 {
     int32_t buf[RT_BLOCK_MAX * RT_WORDS];
-    rt_block_plan all, loc;
+    rt_block_plan all, loc, rev;
     rt_program q = *p;
     rt_block bk;
+    uint32_t zero = 0;
     int64_t t, len;
     rt_block_init(&bk, w);
     rt_block_plan_init(&bk, ~0u, &all);
     rt_block_plan_init(&bk, rt_block_recompute(&bk), &loc);
+    if (reverse) {
+        rev = all;
+        zero = rt_block_first_terms(&bk, &rev);
+    }
     q.code = buf;
     for (t = 0; t < bk.n; t += bk.T) {
+        const rt_block_plan *pl = reverse && bk.n - t > 1 ? &rev : &all;
         len = bk.n - t < bk.T ? bk.n - t : bk.T;
         if (loc.cnt) {
             rt_block_plan_at(&loc, t, len, buf);
             q.n_instr = loc.cnt;
             (void)rt_run_forward_range(&q, 0, loc.cnt);
         }
-        { static int nm = -1; if (nm < 0) nm = getenv("NOMEMSET") != NULL;
-        if (bk.mask && !nm)
-            memset(p->adj + bk.s0, 0, (size_t)(bk.s1 - bk.s0) * sizeof(double)); }
-        rt_block_plan_at(&all, t, len, buf);
-        q.n_instr = all.cnt;
-        (void)sweep(&q, 0, all.cnt);
+        if (bk.mask)
+            rt_block_zero_slots(p, &bk, pl == &rev ? zero : bk.mask);
+        rt_block_plan_at(pl, t, len, buf);
+        q.n_instr = pl->cnt;
+        (void)sweep(&q, 0, pl->cnt);
     }
 }
 
 RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w)
 {
-    rt_block_backward(p, w, rt_run_reverse_range);
+    rt_block_backward(p, w, rt_run_reverse_range, 1);
 }
 
 RT_NOINLINE static void rt_block_tangent(const rt_program *p, const int32_t *w)
 {
-    rt_block_backward(p, w, rt_run_tangent_range);
+    rt_block_backward(p, w, rt_run_tangent_range, 0);
 }
 
 /* The forward sweep's BLOCK at pc: the block, when it ends before hi (the

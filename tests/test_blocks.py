@@ -193,6 +193,48 @@ def test_a_refused_reverse_order_still_gives_the_same_bits(monkeypatch):
     _assert_same_bits(tape, fused, unfused, x0)
 
 
+# How a tile-local adjoint slot gets its first term in the reverse sweep
+# (vm.c, rt_block_first_terms): written as 0.0 + term by the first member
+# reaching it, or zeroed first when that member names it twice (u * u), when
+# its kernel writes it in two passes, or when nothing reaches it (u only
+# read by a comparison: its own reverse reads zeros).
+def _twice(x):
+    u = x * 2.5 - 1.0
+    return np.sum(u * u + x)
+
+
+FIRST_TERMS = {
+    "twice": _twice,
+    "mixed-vv": lambda x: np.sum((x * 3.0) * x + (x - 0.5) / (x * x + 1.0)),
+    "nothing-reaches": lambda x: np.sum(np.where(x * 2.0 > 0.5, x, -x) * D),
+    "where-clip": lambda x: np.sum(np.where(D > 0, x * D, x * 0.5 - D)
+                                   + np.clip(x * 2.0, -0.5, 0.5) * D),
+}
+
+
+@pytest.mark.parametrize("name", list(FIRST_TERMS))
+def test_first_terms_into_tile_local_slots(name, monkeypatch):
+    x0 = np.random.default_rng(9).uniform(-1.2, 1.2, N)
+    tape, fused, unfused = _pair(FIRST_TERMS[name], x0, monkeypatch)
+    assert fused.stats()["tile_local_results"] >= 1, fused.disassemble()
+    _assert_same_bits(tape, fused, unfused, x0)
+
+
+@pytest.mark.parametrize("n", [32 * 4 + 1, 32 * 4 + 2, 33])
+def test_one_element_last_tile(n, monkeypatch):
+    # a last tile of one element runs the VM's scalar paths: zeroed slots there
+    x0 = np.random.default_rng(n).uniform(-1.2, 1.2, n + 1)
+    tape, fused, unfused = _pair(FAMILIES["rosenbrock"], x0, monkeypatch)
+    assert fused.stats()["tiled_blocks"] == 1
+    for x in (x0, np.zeros_like(x0)):
+        v, g = fused.value_and_gradient(x)
+        v2, g2 = unfused.value_and_gradient(x)
+        np.testing.assert_array_equal(_bits(v), _bits(v2))
+        np.testing.assert_array_equal(_bits(g), _bits(g2))
+        t = np.random.default_rng(1).standard_normal(x.shape)
+        np.testing.assert_array_equal(_bits(fused.jvp(x, t)), _bits(unfused.jvp(x, t)))
+
+
 def _program_with_block():
     ct = rt.compile(rt.GradientTape(FAMILIES["rosenbrock"], np.linspace(-1, 1, N)),
                     native=False)
