@@ -10,11 +10,16 @@
  * elements: it lives in a slot of T elements of the block's scratch,
  * [s0 + r*T, s0 + r*T + T) for the r-th such member, and every member word
  * naming it holds that slot's offset (not shifted per tile).  The reverse
- * and tangent sweeps recompute those results tile by tile (the same
- * expressions: the same bits) before they need them, and zero the slots'
- * adjoints per tile.  The arena then holds neither their values nor their
- * adjoints: no pass over memory writes, zeroes or reads them back, which
- * is most of the memory traffic of an elementwise-heavy program.
+ * and tangent sweeps recompute tile by tile (the same expressions: the same
+ * bits) those of them some member's reverse or tangent reads (vm.c,
+ * rt_block_recompute: SQUARE's reverse reads its operand, not its result),
+ * and the slots' adjoints start each tile at zero: in the reverse sweep the
+ * first term into a slot is written as 0.0 + term (kernels.h, RT_KSET_*),
+ * the other slots are zeroed.  The arena then holds neither their values
+ * nor their adjoints: no pass over memory writes, zeroes or reads them
+ * back, which is most of the memory traffic of an elementwise-heavy program.
+ * blocks.py starts the scratch and the members' kept results on 64-byte
+ * lines (the arenas are aligned: compiled._aligned_zeros).
  *
  * numpy (and the VM without blocks) makes one pass over memory per
  * instruction; a block runs all m members over elements [t, t + T) before
