@@ -293,6 +293,9 @@ def test_verifier_refuses_malformed_blocks():
     assert_refused(ct, words(sub, 0, int(ct.code[sub, 0]) | (1 << 16)), "one-element operand")
     # a stray ENDBLOCK
     assert_refused(ct, words(e - 1, 0, ops.OPCODE["ENDBLOCK"] | (1 << 16)), "BLOCK")
+    # a member carrying a first-term bit (kernels.h RT_KSET_A: write, not
+    # add): only the VM's block reverse sets those, from verified words
+    assert_refused(ct, words(b + 1, 0, int(ct.code[b + 1, 0]) | (8 << 16)), "beyond bits 0..2")
 
 
 def test_vm_range_entry_points_refuse_a_range_that_cuts_a_block():
