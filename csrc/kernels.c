@@ -62,6 +62,18 @@
 /* g * partial, or -0.0 (the additive identity) for an exactly-zero g */
 #define RT_AZ(g, D) ((g) != 0.0 ? (g) * (D) : -0.0)
 
+/* Reverse passes into dd[i]: `dd[i] += T`, or, with set (fl's RT_KSET_*
+ * bits, which only a tiled block's reverse passes, csrc/instr/block.h),
+ * `dd[i] = 0.0 + T`: the same sum as adding T to a slot zeroed just before,
+ * without zeroing it or reading it back.  Two loops, so that each
+ * vectorises as the plain one does. */
+#define RT_KACC(set, n, dd, T)                                                \
+    do {                                                                      \
+        int64_t i;                                                            \
+        if (set) for (i = 0; i < (n); i++) { RT_KLOOP_; (dd)[i] = 0.0 + (T); } \
+        else for (i = 0; i < (n); i++) { RT_KLOOP_; (dd)[i] += (T); }          \
+    } while (0)
+
 /* ------------------------------------------------------------------ unary */
 
 #define KF_UNARY_(NAME, FX)                                                   \
@@ -83,26 +95,23 @@
     RT_KCLONES static void rt_krp_##NAME(int64_t n, double *restrict da,                 \
                               const double *restrict go,                      \
                               const double *restrict xa,                      \
-                              const double *restrict fo)                      \
+                              const double *restrict fo, int set)             \
     {                                                                         \
-        int64_t i;                                                            \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = go[i], x = xa[i], f = fo[i];                     \
-            (void)x; (void)f;                                                 \
-            da[i] += RT_AZ(g, DX);                                            \
-        }                                                                     \
+        RT_KACC(set, n, da, RT_AZ(g, DX));                                    \
     }                                                                         \
     void rt_kr_##NAME(uint32_t fl, int64_t n, double *d, const double *v,     \
                       int64_t o, int64_t a)                                   \
     {                                                                         \
         if (fl & 1)                                                           \
-            rt_krp_##NAME(n, d + a, d + o, v + a, v + o);                     \
+            rt_krp_##NAME(n, d + a, d + o, v + a, v + o, !!(fl & RT_KSET_A)); \
     }
 
 #define K_UNARY(NAME, FX, DX) KF_UNARY_(NAME, FX) KR_UNARY_(NAME, DX)
 #define K_UNARY_ND(NAME, FX) KF_UNARY_(NAME, FX)
 
+#define RT_KLOOP_ const double g = go[i], x = xa[i], f = fo[i]; (void)x; (void)f
 RT_UNARY(K_UNARY)
+#undef RT_KLOOP_
 RT_UNARY_ND(K_UNARY_ND)
 
 /* ------------------------------------------------------------------ binary */
@@ -129,14 +138,21 @@ RT_UNARY_ND(K_UNARY_ND)
 #define KR_PASS_(FN, X, Y, D)                                                 \
     RT_KCLONES static void FN(int64_t n, double *restrict dd, const double *restrict go, \
                    const double *restrict xa, const double *restrict yb,      \
-                   const double *restrict fo)                                 \
+                   const double *restrict fo, int set)                        \
     {                                                                         \
         int64_t i;                                                            \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = go[i], x = (X), y = (Y), f = fo[i];              \
-            (void)x; (void)y; (void)f;                                        \
-            dd[i] += RT_AZ(g, D);                                             \
-        }                                                                     \
+        if (set)                                                              \
+            for (i = 0; i < n; i++) {                                         \
+                const double g = go[i], x = (X), y = (Y), f = fo[i];          \
+                (void)x; (void)y; (void)f;                                    \
+                dd[i] = 0.0 + RT_AZ(g, D);                                    \
+            }                                                                 \
+        else                                                                  \
+            for (i = 0; i < n; i++) {                                         \
+                const double g = go[i], x = (X), y = (Y), f = fo[i];          \
+                (void)x; (void)y; (void)f;                                    \
+                dd[i] += RT_AZ(g, D);                                         \
+            }                                                                 \
     }
 
 /* The strict left-to-right sum of g * D (the scalar operand's adjoint). */
@@ -176,18 +192,19 @@ RT_UNARY_ND(K_UNARY_ND)
                            int64_t o, int64_t a, int64_t b)                   \
     {                                                                         \
         const double *go = d + o, *xa = v + a, *yb = v + b, *fo = v + o;      \
+        const int sa = !!(fl & RT_KSET_A), sb = !!(fl & RT_KSET_B);           \
         if ((fl & 3) != 3) {                                                  \
-            if (fl & 1) rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo);       \
-            if (fl & 2) rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo);       \
-        } else if (a + n <= b || b + n <= a) {                                \
+            if (fl & 1) rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo, sa);   \
+            if (fl & 2) rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo, sb);   \
+        } else if ((a + n <= b || b + n <= a) && !sa && !sb) {                \
             rt_krp_##NAME##_VV_ab(n, d + a, d + b, go, xa, yb, fo);           \
         } else if (a >= b) {                                                  \
             /* slot p gets a's term from element p-a before b's from p-b */   \
-            rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo);                   \
-            rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo);                   \
+            rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo, sa);               \
+            rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo, sb);               \
         } else {                                                              \
-            rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo);                   \
-            rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo);                   \
+            rt_krp_##NAME##_VV_b(n, d + b, go, xa, yb, fo, sb);               \
+            rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo, sa);               \
         }                                                                     \
     }                                                                         \
     KR_PASS_(rt_krp_##NAME##_VS_a, xa[i], yb[0], DX)                             \
@@ -195,7 +212,8 @@ RT_UNARY_ND(K_UNARY_ND)
     void rt_kr_##NAME##_VS(uint32_t fl, int64_t n, double *d, const double *v, \
                            int64_t o, int64_t a, int64_t b)                   \
     {                                                                         \
-        if (fl & 1) rt_krp_##NAME##_VS_a(n, d + a, d + o, v + a, v + b, v + o); \
+        if (fl & 1) rt_krp_##NAME##_VS_a(n, d + a, d + o, v + a, v + b, v + o, \
+                                         !!(fl & RT_KSET_A));                 \
         if (fl & 2) d[b] += rt_krs_##NAME##_VS_b(n, d + o, v + a, v + b, v + o); \
     }                                                                         \
     KR_SUM_(rt_krs_##NAME##_SV_a, xa[0], yb[i], DX)                              \
@@ -203,7 +221,8 @@ RT_UNARY_ND(K_UNARY_ND)
     void rt_kr_##NAME##_SV(uint32_t fl, int64_t n, double *d, const double *v, \
                            int64_t o, int64_t a, int64_t b)                   \
     {                                                                         \
-        if (fl & 2) rt_krp_##NAME##_SV_b(n, d + b, d + o, v + a, v + b, v + o); \
+        if (fl & 2) rt_krp_##NAME##_SV_b(n, d + b, d + o, v + a, v + b, v + o, \
+                                         !!(fl & RT_KSET_B));                 \
         if (fl & 1) d[a] += rt_krs_##NAME##_SV_a(n, d + o, v + a, v + b, v + o); \
     }
 
@@ -290,17 +309,17 @@ void rt_kf_WHERE_SV(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64
     rt_kwp_SV(n, v + o, v + a, v + b, v + c);
 }
 
-/* dd[i] += g where the condition is `take` (1: true, 0: false) */
+/* dd[i] += g where the condition is `take` (1: true, 0: false); set: the
+ * block's first term into a tile-local slot (RT_KACC) */
 RT_KCLONES static void rt_kwr_pass(int64_t n, double *restrict dd, const double *restrict go,
-                                   const double *restrict ca, int take)
+                                   const double *restrict ca, int take, int set)
 {
-    int64_t i;
+#define RT_KLOOP_ (void)0
     if (take)
-        for (i = 0; i < n; i++)
-            dd[i] += go[i] != 0.0 && ca[i] != 0.0 ? go[i] : -0.0;
+        RT_KACC(set, n, dd, go[i] != 0.0 && ca[i] != 0.0 ? go[i] : -0.0);
     else
-        for (i = 0; i < n; i++)
-            dd[i] += go[i] != 0.0 && ca[i] == 0.0 ? go[i] : -0.0;
+        RT_KACC(set, n, dd, go[i] != 0.0 && ca[i] == 0.0 ? go[i] : -0.0);
+#undef RT_KLOOP_
 }
 
 static double rt_kwr_sum(int64_t n, const double *go, const double *ca, int take)
@@ -317,24 +336,25 @@ void rt_kr_WHERE_VV(uint32_t fl, int64_t n, double *d, const double *v, int64_t 
 {
     /* each element feeds b or c, never both, so only slots that both
      * regions cover need an order: by element, b's term first iff b > c */
+    const int sb = !!(fl & RT_KSET_B), sc = !!(fl & RT_KSET_C);
     if (b >= c) {
-        if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1);
-        if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0);
+        if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1, sb);
+        if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0, sc);
     } else {
-        if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0);
-        if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1);
+        if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0, sc);
+        if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1, sb);
     }
 }
 void rt_kr_WHERE_VS(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
                     int64_t b, int64_t c)
 {
-    if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1);
+    if (fl & 2) rt_kwr_pass(n, d + b, d + o, v + a, 1, !!(fl & RT_KSET_B));
     if (fl & 4) d[c] += rt_kwr_sum(n, d + o, v + a, 0);
 }
 void rt_kr_WHERE_SV(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
                     int64_t b, int64_t c)
 {
-    if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0);
+    if (fl & 4) rt_kwr_pass(n, d + c, d + o, v + a, 0, !!(fl & RT_KSET_C));
     if (fl & 2) d[b] += rt_kwr_sum(n, d + o, v + a, 1);
 }
 
@@ -357,17 +377,17 @@ void rt_kf_CLIP(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c
 }
 
 RT_KCLONES static void rt_kcr(int64_t n, double *restrict da, const double *restrict go,
-                              const double *restrict fo, double lo, double hi)
+                              const double *restrict fo, double lo, double hi, int set)
 {
-    int64_t i;
-    for (i = 0; i < n; i++)
-        da[i] += go[i] != 0.0 && fo[i] != lo && fo[i] != hi ? go[i] : -0.0;
+#define RT_KLOOP_ (void)0
+    RT_KACC(set, n, da, go[i] != 0.0 && fo[i] != lo && fo[i] != hi ? go[i] : -0.0);
+#undef RT_KLOOP_
 }
 void rt_kr_CLIP(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, int64_t a,
                 int64_t b, int64_t c)
 {
     if (fl & 1)
-        rt_kcr(n, d + a, d + o, v + o, v[b], v[c]);
+        rt_kcr(n, d + a, d + o, v + o, v[b], v[c], !!(fl & RT_KSET_A));
 }
 
 /* ------------------------------------------------------------------ tangent
@@ -455,14 +475,27 @@ void rt_kf_AXPY(int64_t n, double *v, int64_t o, int64_t a, int64_t b, int64_t c
  * do not overlap: one vectorisable loop (the overlapping case, u + s*u,
  * keeps the ordered loop below). */
 RT_KCLONES static void rt_kxp_axpy_rev_ac(int64_t n, double *restrict da, double *restrict dc,
-                                          const double *restrict go, double t)
+                                          const double *restrict go, double t, int sa, int sc)
 {
     int64_t i;
-    for (i = 0; i < n; i++) {
-        const double g = go[i];
-        da[i] += RT_AZ(g, 1.0);
-        dc[i] += RT_AZ(g, t);
-    }
+    if (sa && sc)
+        for (i = 0; i < n; i++) {
+            const double g = go[i];
+            da[i] = 0.0 + RT_AZ(g, 1.0);
+            dc[i] = 0.0 + RT_AZ(g, t);
+        }
+    else if (sa || sc)                      /* (rare: one slot tile-local) */
+        for (i = 0; i < n; i++) {
+            const double g = go[i];
+            da[i] = (sa ? 0.0 : da[i]) + RT_AZ(g, 1.0);
+            dc[i] = (sc ? 0.0 : dc[i]) + RT_AZ(g, t);
+        }
+    else
+        for (i = 0; i < n; i++) {
+            const double g = go[i];
+            da[i] += RT_AZ(g, 1.0);
+            dc[i] += RT_AZ(g, t);
+        }
 }
 
 void rt_kr_AXPY(uint32_t fl, int64_t n, double *d, const double *v,
@@ -471,10 +504,19 @@ void rt_kr_AXPY(uint32_t fl, int64_t n, double *d, const double *v,
     const double *go = d + o, *zc = v + c;
     double *da = d + a, *dc = d + c;
     const double t = v[b];
+    const int sa = !!(fl & RT_KSET_A), sc = !!(fl & RT_KSET_C);
     double sb = 0.0;
     int64_t i;
     if ((fl & 7) == 5 && (a + n <= c || c + n <= a)) {
-        rt_kxp_axpy_rev_ac(n, da, dc, go, t);
+        rt_kxp_axpy_rev_ac(n, da, dc, go, t, sa, sc);
+        return;
+    }
+    if (sa || sc) {         /* a block's reverse: b has no adjoint there */
+        for (i = 0; i < n; i++) {
+            const double g = go[i];
+            if (fl & 1) da[i] = (sa ? 0.0 : da[i]) + RT_AZ(g, 1.0);
+            if (fl & 4) dc[i] = (sc ? 0.0 : dc[i]) + RT_AZ(g, t);
+        }
         return;
     }
     switch (fl & 7) {
@@ -520,49 +562,58 @@ void rt_kf_SQDIFF(int64_t n, double *v, int64_t o, int64_t a, int64_t b)
  * gt * 1.0 and gt * -1.0 on (nothing for a zero g or gt). */
 #define KX_SQDIFF_PASS_(FN, SIGN)                                             \
     RT_KCLONES static void FN(int64_t n, double *restrict dd, const double *restrict go, \
-                              const double *restrict xa, const double *restrict yb) \
+                              const double *restrict xa, const double *restrict yb, int set) \
     {                                                                         \
-        int64_t i;                                                            \
-        for (i = 0; i < n; i++) {                                             \
-            const double g = go[i];                                           \
-            const double gt = g != 0.0 ? g * (2.0 * (xa[i] - yb[i])) : 0.0;  \
-            dd[i] += RT_AZ(gt, SIGN);                                         \
-        }                                                                     \
+        RT_KACC(set, n, dd, RT_AZ(gt, SIGN));                                 \
     }
+#define RT_KLOOP_ const double g = go[i]; \
+    const double gt = g != 0.0 ? g * (2.0 * (xa[i] - yb[i])) : 0.0
 KX_SQDIFF_PASS_(rt_kxp_sqdiff_a, 1.0)
 KX_SQDIFF_PASS_(rt_kxp_sqdiff_b, -1.0)
+#undef RT_KLOOP_
 #undef KX_SQDIFF_PASS_
 
 RT_KCLONES static void rt_kxp_sqdiff_ab(int64_t n, double *restrict da, double *restrict db,
                                         const double *restrict go, const double *restrict xa,
-                                        const double *restrict yb)
+                                        const double *restrict yb, int sa, int sb)
 {
     int64_t i;
-    for (i = 0; i < n; i++) {
-        const double g = go[i];
-        const double gt = g != 0.0 ? g * (2.0 * (xa[i] - yb[i])) : 0.0;
-        da[i] += RT_AZ(gt, 1.0);
-        db[i] += RT_AZ(gt, -1.0);
+#define RT_SQD_AB_(DA, DB)                                                    \
+    for (i = 0; i < n; i++) {                                                 \
+        const double g = go[i];                                               \
+        const double gt = g != 0.0 ? g * (2.0 * (xa[i] - yb[i])) : 0.0;      \
+        da[i] = (DA) + RT_AZ(gt, 1.0);                                        \
+        db[i] = (DB) + RT_AZ(gt, -1.0);                                       \
     }
+    if (sa && sb)
+        RT_SQD_AB_(0.0, 0.0)
+    else if (sa)
+        RT_SQD_AB_(0.0, db[i])
+    else if (sb)
+        RT_SQD_AB_(da[i], 0.0)
+    else
+        RT_SQD_AB_(da[i], db[i])
+#undef RT_SQD_AB_
 }
 
 void rt_kr_SQDIFF(uint32_t fl, int64_t n, double *d, const double *v,
                   int64_t o, int64_t a, int64_t b)
 {
     const double *go = d + o, *xa = v + a, *yb = v + b;
+    const int sa = !!(fl & RT_KSET_A), sb = !!(fl & RT_KSET_B);
     if ((fl & 3) != 3) {
-        if (fl & 1) rt_kxp_sqdiff_a(n, d + a, go, xa, yb);
-        if (fl & 2) rt_kxp_sqdiff_b(n, d + b, go, xa, yb);
+        if (fl & 1) rt_kxp_sqdiff_a(n, d + a, go, xa, yb, sa);
+        if (fl & 2) rt_kxp_sqdiff_b(n, d + b, go, xa, yb, sb);
     } else if (a + n <= b || b + n <= a) {
-        rt_kxp_sqdiff_ab(n, d + a, d + b, go, xa, yb);
+        rt_kxp_sqdiff_ab(n, d + a, d + b, go, xa, yb, sa, sb);
     } else if (a >= b) {
         /* overlapping (x[1:] - x[:-1]): ordered as rt_kr_*_VV orders them,
          * which is also the one-loop order of vm.c's n == 1 code */
-        rt_kxp_sqdiff_a(n, d + a, go, xa, yb);
-        rt_kxp_sqdiff_b(n, d + b, go, xa, yb);
+        rt_kxp_sqdiff_a(n, d + a, go, xa, yb, sa);
+        rt_kxp_sqdiff_b(n, d + b, go, xa, yb, sb);
     } else {
-        rt_kxp_sqdiff_b(n, d + b, go, xa, yb);
-        rt_kxp_sqdiff_a(n, d + a, go, xa, yb);
+        rt_kxp_sqdiff_b(n, d + b, go, xa, yb, sb);
+        rt_kxp_sqdiff_a(n, d + a, go, xa, yb, sa);
     }
 }
 

@@ -338,53 +338,233 @@ vm_next:
 RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w)
 {
     int32_t buf[RT_BLOCK_MAX * RT_WORDS];
+    rt_block_plan pl;
     rt_program q = *p;
     rt_block bk;
     int64_t t;
     rt_block_init(&bk, w);
+    rt_block_plan_init(&bk, ~0u, &pl);
     q.code = buf;
+    q.n_instr = pl.cnt;
     for (t = 0; t < bk.n; t += bk.T) {
-        q.n_instr = rt_block_tile(&bk, t, bk.n - t < bk.T ? bk.n - t : bk.T, 0, buf);
+        rt_block_plan_at(&pl, t, bk.n - t < bk.T ? bk.n - t : bk.T, buf);
         (void)rt_run_forward_range(&q, 0, q.n_instr);
     }
+}
+
+/* Which values a member's reverse and tangent read, per adjoint flag (a, b,
+ * c): bit 0 its own result, bits 1-3 its operands a, b, c.  Unary and
+ * binary rows read what their partials' C expressions name (x: a, y: b,
+ * f: the result), found by scanning the expressions' text once at load
+ * time, so the table follows ops.py's rows; the hand instructions'
+ * reverses and tangents (kernels.c, instr/fused.h, instr/select.h) are
+ * listed.  Until it is filled (a compiler without constructors) every
+ * member counts as read: all tile-local results are recomputed. */
+static uint8_t rt_block_reads[RT_NUM_OPS][3];
+static int rt_block_reads_ready;
+
+static uint8_t rt_block_expr_reads(const char *s)
+{
+    uint8_t r = 0;
+    while (*s) {
+        if ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_') {
+            const char *b = s;
+            while ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'
+                   || (*s >= '0' && *s <= '9'))
+                s++;
+            if (s - b == 1)
+                r |= *b == 'f' ? 1 : *b == 'x' ? 2 : *b == 'y' ? 4 : 0;
+        } else if (*s >= '0' && *s <= '9') {     /* a number, exponent included */
+            while ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '.'
+                   || (*s >= '0' && *s <= '9'))
+                s++;
+        } else
+            s++;
+    }
+    return r;
+}
+
+#if defined(__GNUC__)
+__attribute__((constructor)) static void rt_block_reads_init(void)
+{
+#define RD_UNARY_(NAME, FX, DX) rt_block_reads[RT_OP_##NAME][0] = rt_block_expr_reads(#DX);
+#define RD_BINARY1_(OP, DX, DY)                                               \
+    rt_block_reads[OP][0] = rt_block_expr_reads(#DX);                         \
+    rt_block_reads[OP][1] = rt_block_expr_reads(#DY);
+#define RD_BINARY_(NAME, FXY, DX, DY)                                         \
+    RD_BINARY1_(RT_OP_##NAME##_VV, DX, DY) RD_BINARY1_(RT_OP_##NAME##_VS, DX, DY) \
+    RD_BINARY1_(RT_OP_##NAME##_SV, DX, DY)
+    RT_UNARY(RD_UNARY_)
+    RT_BINARY(RD_BINARY_)
+#undef RD_UNARY_
+#undef RD_BINARY1_
+#undef RD_BINARY_
+    /* SQDIFF: the difference a - b for either adjoint; WHERE: the
+     * condition a; CLIP: its result (zero at the bounds); AXPY: c for the
+     * scalar b's adjoint only (never in a block). */
+    rt_block_reads[RT_OP_SQDIFF][0] = rt_block_reads[RT_OP_SQDIFF][1] = 2 | 4;
+    rt_block_reads[RT_OP_WHERE_VV][1] = rt_block_reads[RT_OP_WHERE_VV][2] = 2;
+    rt_block_reads[RT_OP_WHERE_VS][1] = rt_block_reads[RT_OP_WHERE_VS][2] = 2;
+    rt_block_reads[RT_OP_WHERE_SV][1] = rt_block_reads[RT_OP_WHERE_SV][2] = 2;
+    rt_block_reads[RT_OP_CLIP][0] = 1;
+    rt_block_reads[RT_OP_AXPY][1] = 8;
+    rt_block_reads_ready = 1;
+}
+#endif
+
+/* The tile-local members the reverse and tangent sweeps must recompute
+ * per tile: those whose results some member's reverse or tangent reads,
+ * and, recursively, the tile-local results those read.  The others'
+ * scratch values are stale in later tiles and nobody reads them. */
+static uint32_t rt_block_recompute(const rt_block *bk)
+{
+    uint32_t need = 0;
+    int64_t k, i, j, f;
+    if (!rt_block_reads_ready)
+        return bk->mask;
+    for (k = 0; k < bk->m; k++) {
+        const int32_t *u = bk->mem + k * RT_WORDS;
+        const uint32_t fl = (uint32_t)u[0] >> RT_FLAGS_SHIFT;
+        uint8_t rd = 0;
+        for (f = 0; f < 3; f++)
+            if ((fl >> f) & 1)
+                rd |= rt_block_reads[u[0] & RT_OPCODE_MASK][f];
+        for (j = 0; j < 4; j++)
+            if ((rd >> j) & 1)
+                for (i = 0; i <= k; i++)
+                    if (bk->mem[i * RT_WORDS + 2] == u[2 + j])
+                        need |= 1u << i;
+    }
+    need &= bk->mask;
+    for (k = bk->m - 1; k >= 0; k--) {          /* what the recomputed members read */
+        const int32_t *u = bk->mem + k * RT_WORDS;
+        if (!((need >> k) & 1))
+            continue;
+        for (j = 1; j < 4; j++)
+            if ((rt_block_used[u[0] & RT_OPCODE_MASK] >> j) & 1)
+                for (i = 0; i < k; i++)
+                    if (bk->mem[i * RT_WORDS + 2] == u[2 + j])
+                        need |= (1u << i) & bk->mask;
+    }
+    return need;
+}
+
+/* Per opcode, the operands (bit 1: a, 2: b, 3: c) whose reverse kernel
+ * honours RT_KSET_* (kernels.h): the array operands of the instructions a
+ * block holds. */
+#define RT_BSET_U_(NAME, ...) [RT_OP_##NAME] = 2,
+#define RT_BSET_B_(NAME, ...) [RT_OP_##NAME##_VV] = 6, [RT_OP_##NAME##_VS] = 2, [RT_OP_##NAME##_SV] = 4,
+static const uint8_t rt_block_settable[RT_NUM_OPS] = {
+    RT_UNARY(RT_BSET_U_) RT_BINARY(RT_BSET_B_)
+    [RT_OP_WHERE_VV] = 12, [RT_OP_WHERE_VS] = 4, [RT_OP_WHERE_SV] = 8, [RT_OP_CLIP] = 2,
+    [RT_OP_AXPY] = 10, [RT_OP_SQDIFF] = 6,
+};
+#undef RT_BSET_U_
+#undef RT_BSET_B_
+
+/* The reverse sweep's first term into each tile-local adjoint slot, in the
+ * sweep's order (last member first): that member's operand gets its
+ * RT_KSET_* bit in the plan's op word, so the slot needs no zeroing.
+ * Returns the tile-local members whose slots still need it: no term at all
+ * (a member whose result's adjoint nobody writes reads zeros), or a first
+ * term from a member naming the slot twice (x * x: its kernel's two passes
+ * would both write) or from a kernel without the bits. */
+static uint32_t rt_block_first_terms(const rt_block *bk, rt_block_plan *pl)
+{
+    uint32_t touched = 0, zero = 0;
+    int64_t k, j, j2, i;
+    for (k = bk->m - 1; k >= 0; k--) {
+        const int32_t *u = bk->mem + k * RT_WORDS;
+        const int32_t op = u[0] & RT_OPCODE_MASK;
+        const uint32_t fl = (uint32_t)u[0] >> RT_FLAGS_SHIFT;
+        for (j = 1; j < 4; j++) {
+            int twice = 0;
+            if (!((fl >> (j - 1)) & 1) || !((rt_block_shift[op] >> j) & 1))
+                continue;
+            for (i = 0; i < k; i++)
+                if (((bk->mask >> i) & 1) && bk->mem[i * RT_WORDS + 2] == u[2 + j])
+                    break;
+            if (i == k || ((touched >> i) & 1))
+                continue;                   /* not a tile-local slot, or not its first term */
+            touched |= 1u << i;
+            for (j2 = 1; j2 < 4; j2++)
+                if (j2 != j && ((fl >> (j2 - 1)) & 1) && u[2 + j2] == u[2 + j])
+                    twice = 1;
+            if (twice || !((rt_block_settable[op] >> j) & 1))
+                zero |= 1u << i;
+            else
+                pl->base[k * RT_WORDS] |= (int32_t)(RT_KSET_A << (j - 1)) << RT_FLAGS_SHIFT;
+        }
+    }
+    return (zero | ~touched) & bk->mask;
+}
+
+/* Zeroes the adjoint slots of the tile-local members in `which`. */
+static void rt_block_zero_slots(const rt_program *p, const rt_block *bk, uint32_t which)
+{
+    int64_t k, r;
+    if (which == bk->mask) {
+        memset(p->adj + bk->s0, 0, (size_t)(bk->s1 - bk->s0) * sizeof(double));
+        return;
+    }
+    for (k = 0, r = 0; k < bk->m; k++)
+        if ((bk->mask >> k) & 1) {
+            if ((which >> k) & 1)
+                memset(p->adj + bk->s0 + r * bk->T, 0, (size_t)bk->T * sizeof(double));
+            r++;
+        }
 }
 
 /* Tiles in ascending order (the order blocks.py checks), each running its
  * members' reverses (or tangents) through `sweep`, the VM's range sweep:
  * reverses last member first, so every slot receives one member's
  * contributions in element order, as the member's own loop adds them.
- * Tile-local results are recomputed first and their adjoints start at 0.
- * The tangent sweep's q shares p's native table, hence the VM's range sweep
+ * Tile-local results some member's reverse reads are recomputed first.
+ * Tile-local adjoints start at 0: zeroed, or (reverse, tiles of 2+
+ * elements) written by their first term (rt_block_first_terms).  The
+ * tangent sweep's q shares p's native table, hence the VM's range sweep
  * and never the native one. */
 static void rt_block_backward(const rt_program *p, const int32_t *w,
-                              int (*sweep)(const rt_program *, int64_t, int64_t))
+                              int (*sweep)(const rt_program *, int64_t, int64_t), int reverse)
 {
     int32_t buf[RT_BLOCK_MAX * RT_WORDS];
+    rt_block_plan all, loc, rev;
     rt_program q = *p;
     rt_block bk;
+    uint32_t zero = 0;
     int64_t t, len;
     rt_block_init(&bk, w);
+    rt_block_plan_init(&bk, ~0u, &all);
+    rt_block_plan_init(&bk, rt_block_recompute(&bk), &loc);
+    if (reverse) {
+        rev = all;
+        zero = rt_block_first_terms(&bk, &rev);
+    }
     q.code = buf;
     for (t = 0; t < bk.n; t += bk.T) {
+        const rt_block_plan *pl = reverse && bk.n - t > 1 ? &rev : &all;
         len = bk.n - t < bk.T ? bk.n - t : bk.T;
-        if (bk.mask) {
-            q.n_instr = rt_block_tile(&bk, t, len, 1, buf);
-            (void)rt_run_forward_range(&q, 0, q.n_instr);
-            memset(p->adj + bk.s0, 0, (size_t)(bk.s1 - bk.s0) * sizeof(double));
+        if (loc.cnt) {
+            rt_block_plan_at(&loc, t, len, buf);
+            q.n_instr = loc.cnt;
+            (void)rt_run_forward_range(&q, 0, loc.cnt);
         }
-        q.n_instr = rt_block_tile(&bk, t, len, 0, buf);
-        (void)sweep(&q, 0, q.n_instr);
+        if (bk.mask)
+            rt_block_zero_slots(p, &bk, pl == &rev ? zero : bk.mask);
+        rt_block_plan_at(pl, t, len, buf);
+        q.n_instr = pl->cnt;
+        (void)sweep(&q, 0, pl->cnt);
     }
 }
 
 RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w)
 {
-    rt_block_backward(p, w, rt_run_reverse_range);
+    rt_block_backward(p, w, rt_run_reverse_range, 1);
 }
 
 RT_NOINLINE static void rt_block_tangent(const rt_program *p, const int32_t *w)
 {
-    rt_block_backward(p, w, rt_run_tangent_range);
+    rt_block_backward(p, w, rt_run_tangent_range, 0);
 }
 
 /* The forward sweep's BLOCK at pc: the block, when it ends before hi (the
@@ -435,7 +615,7 @@ static int rt_verify_block_members(rt_vctx *vc, const int32_t *w)
     rt_block_init(&bk, w);
     len = bk.n < bk.T ? bk.n : bk.T;
     for (pass = 0; pass < 2; pass++) {
-        (void)rt_block_tile(&bk, pass ? bk.n - len : 0, len, 0, buf);
+        (void)rt_block_tile(&bk, pass ? bk.n - len : 0, len, ~0u, buf);
         for (k = 0; k < bk.m; k++) {
             vc->pc = pc + 1 + k;
             if (!rt_verify_instr(vc, buf + k * RT_WORDS))

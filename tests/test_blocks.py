@@ -101,9 +101,28 @@ def test_tile_local_results_leave_the_arena(monkeypatch):
     _, fused, unfused = _pair(FAMILIES["rosenbrock"], x0, monkeypatch)
     s = fused.stats()
     assert s["tile_local_results"] == 4              # SQUARE, SQDIFF, SUB_SV, SQUARE
-    # inputs, constants, the AXPY's result, the sum, 4 scratch slots of 32
-    assert s["arena_values"] == N + 2 + (N - 1) + 1 + 4 * 32
+    # inputs, constants, the AXPY's result, the sum, 4 scratch slots of 32,
+    # and the padding that starts the AXPY's result and the scratch on lines
+    base = N + 2 + (N - 1) + 1 + 4 * 32
+    assert base <= s["arena_values"] < base + 2 * blocks.ALIGN
     assert unfused.stats()["arena_values"] == N + 2 + 5 * (N - 1) + 1
+
+
+def test_block_arrays_start_on_cache_lines(monkeypatch):
+    """The arenas start on 64-byte lines and a block's kept results and its
+    scratch slots on multiples of 8 values (AVX-512 loops over misaligned
+    arrays split every access over two lines); the padding changes no bit."""
+    x0 = np.linspace(-1, 1, N)
+    tape, fused, unfused = _pair(FAMILIES["vv-shifted"], x0, monkeypatch)
+    code = fused.code
+    ops_ = _opcodes(fused)
+    b = ops_.index("BLOCK")
+    m, s0, mask = int(code[b, 2]), int(code[b, 4]), int(code[b, 5])
+    assert mask and s0 % blocks.ALIGN == 0
+    kept = [int(code[b + 1 + k, 2]) for k in range(m) if not (mask >> k) & 1]
+    assert kept and all(o % blocks.ALIGN == 0 for o in kept)
+    assert fused._vals.ctypes.data % 64 == 0 and fused._adj.ctypes.data % 64 == 0
+    _assert_same_bits(tape, fused, unfused, x0)
 
 
 def test_hessian_of_a_blocked_program(monkeypatch):
@@ -174,6 +193,48 @@ def test_a_refused_reverse_order_still_gives_the_same_bits(monkeypatch):
     _assert_same_bits(tape, fused, unfused, x0)
 
 
+# How a tile-local adjoint slot gets its first term in the reverse sweep
+# (vm.c, rt_block_first_terms): written as 0.0 + term by the first member
+# reaching it, or zeroed first when that member names it twice (u * u), when
+# its kernel writes it in two passes, or when nothing reaches it (u only
+# read by a comparison: its own reverse reads zeros).
+def _twice(x):
+    u = x * 2.5 - 1.0
+    return np.sum(u * u + x)
+
+
+FIRST_TERMS = {
+    "twice": _twice,
+    "mixed-vv": lambda x: np.sum((x * 3.0) * x + (x - 0.5) / (x * x + 1.0)),
+    "nothing-reaches": lambda x: np.sum(np.where(x * 2.0 > 0.5, x, -x) * D),
+    "where-clip": lambda x: np.sum(np.where(D > 0, x * D, x * 0.5 - D)
+                                   + np.clip(x * 2.0, -0.5, 0.5) * D),
+}
+
+
+@pytest.mark.parametrize("name", list(FIRST_TERMS))
+def test_first_terms_into_tile_local_slots(name, monkeypatch):
+    x0 = np.random.default_rng(9).uniform(-1.2, 1.2, N)
+    tape, fused, unfused = _pair(FIRST_TERMS[name], x0, monkeypatch)
+    assert fused.stats()["tile_local_results"] >= 1, fused.disassemble()
+    _assert_same_bits(tape, fused, unfused, x0)
+
+
+@pytest.mark.parametrize("n", [32 * 4 + 1, 32 * 4 + 2, 33])
+def test_one_element_last_tile(n, monkeypatch):
+    # a last tile of one element runs the VM's scalar paths: zeroed slots there
+    x0 = np.random.default_rng(n).uniform(-1.2, 1.2, n + 1)
+    tape, fused, unfused = _pair(FAMILIES["rosenbrock"], x0, monkeypatch)
+    assert fused.stats()["tiled_blocks"] == 1
+    for x in (x0, np.zeros_like(x0)):
+        v, g = fused.value_and_gradient(x)
+        v2, g2 = unfused.value_and_gradient(x)
+        np.testing.assert_array_equal(_bits(v), _bits(v2))
+        np.testing.assert_array_equal(_bits(g), _bits(g2))
+        t = np.random.default_rng(1).standard_normal(x.shape)
+        np.testing.assert_array_equal(_bits(fused.jvp(x, t)), _bits(unfused.jvp(x, t)))
+
+
 def _program_with_block():
     ct = rt.compile(rt.GradientTape(FAMILIES["rosenbrock"], np.linspace(-1, 1, N)),
                     native=False)
@@ -232,6 +293,9 @@ def test_verifier_refuses_malformed_blocks():
     assert_refused(ct, words(sub, 0, int(ct.code[sub, 0]) | (1 << 16)), "one-element operand")
     # a stray ENDBLOCK
     assert_refused(ct, words(e - 1, 0, ops.OPCODE["ENDBLOCK"] | (1 << 16)), "BLOCK")
+    # a member carrying a first-term bit (kernels.h RT_KSET_A: write, not
+    # add): only the VM's block reverse sets those, from verified words
+    assert_refused(ct, words(b + 1, 0, int(ct.code[b + 1, 0]) | (8 << 16)), "beyond bits 0..2")
 
 
 def test_vm_range_entry_points_refuse_a_range_that_cuts_a_block():

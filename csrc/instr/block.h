@@ -10,11 +10,16 @@
  * elements: it lives in a slot of T elements of the block's scratch,
  * [s0 + r*T, s0 + r*T + T) for the r-th such member, and every member word
  * naming it holds that slot's offset (not shifted per tile).  The reverse
- * and tangent sweeps recompute those results tile by tile (the same
- * expressions: the same bits) before they need them, and zero the slots'
- * adjoints per tile.  The arena then holds neither their values nor their
- * adjoints: no pass over memory writes, zeroes or reads them back, which
- * is most of the memory traffic of an elementwise-heavy program.
+ * and tangent sweeps recompute tile by tile (the same expressions: the same
+ * bits) those of them some member's reverse or tangent reads (vm.c,
+ * rt_block_recompute: SQUARE's reverse reads its operand, not its result),
+ * and the slots' adjoints start each tile at zero: in the reverse sweep the
+ * first term into a slot is written as 0.0 + term (kernels.h, RT_KSET_*),
+ * the other slots are zeroed.  The arena then holds neither their values
+ * nor their adjoints: no pass over memory writes, zeroes or reads them
+ * back, which is most of the memory traffic of an elementwise-heavy program.
+ * blocks.py starts the scratch and the members' kept results on 64-byte
+ * lines (the arenas are aligned: compiled._aligned_zeros).
  *
  * numpy (and the VM without blocks) makes one pass over memory per
  * instruction; a block runs all m members over elements [t, t + T) before
@@ -97,10 +102,10 @@ static inline void rt_block_init(rt_block *bk, const int32_t *w)
     bk->s1 = bk->s0 + (int64_t)rt_block_popcount(bk->mask) * bk->T;
 }
 
-/* The words of the members (only the tile-local ones: `local`) restricted
- * to elements [t, t + len), written into buf; returns how many.  Array
- * words shift by t, except those naming a scratch slot. */
-static inline int64_t rt_block_tile(const rt_block *bk, int64_t t, int64_t len, int local,
+/* The words of the members in `pick` (bit k: member k) restricted to
+ * elements [t, t + len), written into buf; returns how many.  Array words
+ * shift by t, except those naming a scratch slot. */
+static inline int64_t rt_block_tile(const rt_block *bk, int64_t t, int64_t len, uint32_t pick,
                                     int32_t *buf)
 {
     int64_t k, j, cnt = 0;
@@ -108,7 +113,7 @@ static inline int64_t rt_block_tile(const rt_block *bk, int64_t t, int64_t len, 
         const int32_t *w = bk->mem + k * RT_WORDS;
         int32_t *u = buf + cnt * RT_WORDS;
         const uint8_t sh = rt_block_shift[w[0] & RT_OPCODE_MASK];
-        if (local && !((bk->mask >> k) & 1))
+        if (!((pick >> k) & 1))
             continue;
         u[0] = w[0];
         u[1] = (int32_t)len;
@@ -120,6 +125,39 @@ static inline int64_t rt_block_tile(const rt_block *bk, int64_t t, int64_t len, 
         cnt++;
     }
     return cnt;
+}
+
+/* A block's member words decoded once per run: tile 0's words and which
+ * of them move with the tile (-1: shifts by the tile's start, 0: fixed),
+ * so a tile's words cost one add a word instead of the decoding above
+ * (it ran per tile and per sweep, a fifth of a block's time at n = 1e4). */
+typedef struct {
+    int32_t base[RT_BLOCK_MAX * RT_WORDS];
+    int32_t step[RT_BLOCK_MAX * RT_WORDS];
+    int64_t cnt;
+} rt_block_plan;
+
+static inline void rt_block_plan_init(const rt_block *bk, uint32_t pick, rt_block_plan *pl)
+{
+    int64_t k, j;
+    pl->cnt = rt_block_tile(bk, 0, bk->T, pick, pl->base);
+    (void)rt_block_tile(bk, 1, bk->T, pick, pl->step);
+    for (k = 0; k < pl->cnt * RT_WORDS; k++)
+        pl->step[k] = pl->step[k] != pl->base[k] ? -1 : 0;
+    for (k = 0; k < pl->cnt; k++)
+        for (j = 0; j < 2; j++)
+            pl->step[k * RT_WORDS + j] = 0;             /* op and length never shift */
+}
+
+/* Tile [t, t + len)'s words into buf (the plan's count of members). */
+static inline void rt_block_plan_at(const rt_block_plan *pl, int64_t t, int64_t len, int32_t *buf)
+{
+    const int32_t t32 = (int32_t)t;
+    int64_t k;
+    for (k = 0; k < pl->cnt * RT_WORDS; k++)
+        buf[k] = pl->base[k] + (pl->step[k] & t32);
+    for (k = 0; k < pl->cnt; k++)
+        buf[k * RT_WORDS + 1] = (int32_t)len;
 }
 
 static inline int rt_block_overlaps(int64_t o1, int64_t l1, int64_t o2, int64_t l2)

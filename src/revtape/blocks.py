@@ -35,6 +35,14 @@ result then tile-local) was built and measured on rosenbrock-vec (n=1e4):
 shorter (subtrees, not multiples of TILE) and the reverse recomputes one
 more member per tile.  At n=1e4 the per-tile overhead, not memory, is
 what a block costs.
+
+Measured since (rosenbrock-vec, rdtsc per phase): a member's run over one
+tile costs ~18 cycles beyond its loop, of which the VM's dispatch is ~4
+(calling the kernels through a decoded table instead would save ~3% of
+the call: not done); tiles of 256-512 elements run alike once the arrays
+are on 64-byte lines; per-tile zeroing of the scratch adjoints cost
+nothing measurable while the slots were misaligned and ~2 us of ~31 once
+aligned (now replaced by first-term writes).
 """
 
 import os
@@ -48,6 +56,7 @@ from .isa import FLAGS_SHIFT, OPCODE_MASK
 # KB, so a block of a handful of members works inside L1 (48 KB).
 TILE = int(os.environ.get("REVTAPE_BLOCK_TILE", "256"))
 MAX_MEMBERS = 30            # csrc/instr/block.h: RT_BLOCK_MAX
+ALIGN = 8                   # values a 64-byte cache line holds
 _BLOCK, _ENDBLOCK = ops.OPCODE["BLOCK"], ops.OPCODE["ENDBLOCK"]
 
 _WORD = {"a": 3, "b": 4, "c": 5}
@@ -250,15 +259,33 @@ def apply(prog, tile=None):
     reads = _reads(rows, prog.ints.tolist())
     locs = _tile_local(rows, runs, prog, reads) if reads is not None else [[] for _ in runs]
     gone = sorted((rows[k][2], rows[k][1]) for loc in locs for k in loc)
-    starts = np.array([o for o, _ in gone], dtype=np.int64)
-    shift = np.concatenate([[0], np.cumsum([ln for _, ln in gone])]).astype(np.int64)
-    n_vals = prog.n_vals - int(shift[-1])
-    s0 = n_vals
+    # Every offset at or past a tile-local region's start moves down by its
+    # length; every offset at or past a kept member's result moves up by the
+    # padding that starts that result on a 64-byte line (the arenas are
+    # 64-byte aligned: compiled._aligned_zeros), as are the scratch slots.
+    # An AVX-512 loop over misaligned arrays splits every load and store
+    # over two cache lines: rosenbrock-vec's block ran ~1.5x slower.  Only
+    # when every region is nameable (reads): the offsets inside other side
+    # tables would not follow.
+    kept = sorted(rows[k][2] for run, loc in zip(runs, locs) for k in run if k not in loc)
+    if reads is None:
+        kept = []
+    events = sorted([(o, -ln) for o, ln in gone] + [(o, None) for o in kept], key=lambda e: e[0])
+    starts = np.array([o for o, _ in events], dtype=np.int64)
+    delta, shift = 0, [0]
+    for o, d in events:
+        delta += d if d is not None else (-(o + delta)) % ALIGN
+        shift.append(delta)
+    shift = np.array(shift, dtype=np.int64)
+    n_vals = prog.n_vals + int(shift[-1])
+    s0 = n_vals + (-n_vals) % ALIGN if locs and any(locs) else n_vals
+    n_vals = s0
     scratch = max((len(loc) for loc in locs), default=0) * T
 
     def move(x):
-        # the offset of a kept region once the tile-local ones are gone
-        return int(x - shift[np.searchsorted(starts, x, side="right")]) if gone else int(x)
+        # the offset of a kept region once the tile-local ones are gone and
+        # the kept members' results aligned
+        return int(x + shift[np.searchsorted(starts, x, side="right")]) if events else int(x)
 
     kinds = [isa.BY_OPCODE[r[0] & OPCODE_MASK] for r in rows]
     new = []
@@ -270,7 +297,7 @@ def apply(prog, tile=None):
                 r[i] = move(r[i])
         new.append(r)
     ints = prog.ints
-    if gone:                                # CSUM's terms are arena offsets (~e: subtracted)
+    if events:                              # CSUM's terms are arena offsets (~e: subtracted)
         ints = ints.copy()
         for row, ins in zip(rows, kinds):
             if ins.name == "CSUM":
