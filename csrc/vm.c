@@ -593,24 +593,77 @@ vm_next:
  * indirect jump (each jump site learns its own successors); elsewhere a
  * switch in a loop. */
 
+/* Pairs.  Two adjacent one-element instructions whose handlers are both in
+ * this list (plain arithmetic, what Python loops over floats are made of)
+ * run as one handler, one after the other: half the dispatches, each of
+ * which costs about as much as such an instruction's own work.  The forward
+ * pairs instructions (pc, pc + 1), the reverse (pc + 1, pc) -- each greedily
+ * from its own start -- and both keep the single handlers' bodies and
+ * order.  X(handler, op-table name, U unary / B binary / H hand). */
+#define RT_PAIR_OPS(X) \
+    X(SQUARE, SQUARE, U) \
+    X(NEG, NEG, U) \
+    X(ADD_VV, ADD, B) \
+    X(SUB_VV, SUB, B) \
+    X(MUL_VV, MUL, B) \
+    X(DIV_VV, DIV, B) \
+    X(AXPY, AXPY, H) \
+    X(SQDIFF, SQDIFF, H)
+#define RT_PAIR_ROW(X, H1, N1, K1) \
+    X(H1, N1, K1, SQUARE, SQUARE, U) \
+    X(H1, N1, K1, NEG, NEG, U) \
+    X(H1, N1, K1, ADD_VV, ADD, B) \
+    X(H1, N1, K1, SUB_VV, SUB, B) \
+    X(H1, N1, K1, MUL_VV, MUL, B) \
+    X(H1, N1, K1, DIV_VV, DIV, B) \
+    X(H1, N1, K1, AXPY, AXPY, H) \
+    X(H1, N1, K1, SQDIFF, SQDIFF, H)
+#define RT_PAIRS(X) \
+    RT_PAIR_ROW(X, SQUARE, SQUARE, U) \
+    RT_PAIR_ROW(X, NEG, NEG, U) \
+    RT_PAIR_ROW(X, ADD_VV, ADD, B) \
+    RT_PAIR_ROW(X, SUB_VV, SUB, B) \
+    RT_PAIR_ROW(X, MUL_VV, MUL, B) \
+    RT_PAIR_ROW(X, DIV_VV, DIV, B) \
+    RT_PAIR_ROW(X, AXPY, AXPY, H) \
+    RT_PAIR_ROW(X, SQDIFF, SQDIFF, H)
+#define RT_PAIR_N 8
+#define RT_PP_ENUM_(H, ...) RT_PP_##H,
+enum { RT_PAIR_OPS(RT_PP_ENUM_) RT_PP_COUNT_ };
+typedef char rt_pair_list_has_rt_pair_n_entries_[RT_PP_COUNT_ == RT_PAIR_N ? 1 : -1];
+
 #define RT_SF_ENUM1_(NAME, ...) RT_SF_##NAME,
 #define RT_SF_ENUM2_(NAME, ...) RT_SF_##NAME##_VV,
 #define RT_SF_ENUMG_(NAME, ...) RT_SF_GUARD_##NAME,
+#define RT_SF_ENUMP_(H1, N1, K1, H2, ...) RT_SF_P_##H1##__##H2,
 enum {
     RT_SF_END = 0, RT_SF_RUN,
     RT_UNARY(RT_SF_ENUM1_) RT_UNARY_ND(RT_SF_ENUM1_) RT_BINARY(RT_SF_ENUM2_)
     RT_BINARY_ND(RT_SF_ENUM2_) RT_GUARDS(RT_SF_ENUMG_) RT_SCALAR_HAND(RT_SF_ENUM1_)
+    RT_SF_PAIRS_,
+    RT_SF_PAIRS_BASE_ = RT_SF_PAIRS_ - 1,
+    RT_PAIRS(RT_SF_ENUMP_)
     RT_SF_COUNT
 };
 #define RT_SR_ENUM1_(NAME, ...) RT_SR_##NAME,
+#define RT_SR_ENUMP_(H1, N1, K1, H2, ...) RT_SR_P_##H1##__##H2,
 #define RT_SR_ENUM3_(NAME, ...) RT_SR_##NAME##_1, RT_SR_##NAME##_2, RT_SR_##NAME##_3,
 #define RT_SR_ENUM7_(NAME, ...) RT_SR_##NAME##_1, RT_SR_##NAME##_2, RT_SR_##NAME##_3, \
     RT_SR_##NAME##_4, RT_SR_##NAME##_5, RT_SR_##NAME##_6, RT_SR_##NAME##_7,
 enum {
     RT_SR_END = 0, RT_SR_RUN, RT_SR_SKIP,
     RT_UNARY(RT_SR_ENUM1_) RT_BINARY(RT_SR_ENUM3_) RT_SCALAR_HAND(RT_SR_ENUM7_)
+    RT_SR_PAIRS_,
+    RT_SR_PAIRS_BASE_ = RT_SR_PAIRS_ - 1,
+    RT_PAIRS(RT_SR_ENUMP_)
     RT_SR_COUNT
 };
+/* pair (H1, H2) is handler base + 1 + RT_PAIR_N * position(H1) + position(H2) */
+#define RT_PAIR_CHECK_(H1, N1, K1, H2, ...)                                   \
+    typedef char rt_pair_at_##H1##__##H2[                                     \
+        (RT_SF_P_##H1##__##H2 == RT_SF_PAIRS_ + RT_PAIR_N * RT_PP_##H1 + RT_PP_##H2 \
+         && RT_SR_P_##H1##__##H2 == RT_SR_PAIRS_ + RT_PAIR_N * RT_PP_##H1 + RT_PP_##H2) ? 1 : -1];
+RT_PAIRS(RT_PAIR_CHECK_)
 typedef char rt_scalar_handlers_fit_a_byte_[(RT_SF_COUNT <= 256 && RT_SR_COUNT <= 256) ? 1 : -1];
 #define RT_SCALAR_RUN_MAX 0xffff
 
@@ -654,6 +707,46 @@ static int rt_scalar_rev_handler(const int32_t *w)
     }
 }
 
+/* The position in RT_PAIR_OPS of single handler h (forward: RT_SF_*;
+ * reverse: RT_SR_*, any of the op's flag variants), or -1. */
+#define RT_PP_IN_U_(H, N, h) ((h) == RT_SR_##H)
+#define RT_PP_IN_B_(H, N, h) ((h) >= RT_SR_##N##_1 && (h) <= RT_SR_##N##_3)
+#define RT_PP_IN_H_(H, N, h) ((h) >= RT_SR_##H##_1 && (h) <= RT_SR_##H##_7)
+static int rt_pair_pos(int h, int rev)
+{
+#define RT_PP_POS_(H, N, K)                                                   \
+    if (rev ? RT_PP_IN_##K##_(H, N, h) : h == RT_SF_##H)                      \
+        return RT_PP_##H;
+    RT_PAIR_OPS(RT_PP_POS_)
+#undef RT_PP_POS_
+    return -1;
+}
+
+/* Marks the pairs in a filled index: forward pairs on the first
+ * instruction's entry, reverse pairs on the later instruction's. */
+static void rt_scalar_pair(const rt_program *p)
+{
+    uint32_t *const ix = p->scalar_index + 1;     /* ix[pc]: instruction pc */
+    const int64_t N = p->n_instr;
+    int64_t pc;
+    int p1, p2;
+    for (pc = 0; pc + 1 < N; pc++) {
+        if ((p1 = rt_pair_pos((int)(ix[pc] & 0xff), 0)) >= 0
+            && (p2 = rt_pair_pos((int)(ix[pc + 1] & 0xff), 0)) >= 0) {
+            ix[pc] = (ix[pc] & ~(uint32_t)0xff) | (uint32_t)(RT_SF_PAIRS_ + RT_PAIR_N * p1 + p2);
+            pc++;
+        }
+    }
+    for (pc = N - 1; pc >= 1; pc--) {
+        if ((p1 = rt_pair_pos((int)((ix[pc] >> 8) & 0xff), 1)) >= 0
+            && (p2 = rt_pair_pos((int)((ix[pc - 1] >> 8) & 0xff), 1)) >= 0) {
+            ix[pc] = (ix[pc] & ~(uint32_t)0xff00)
+                     | (uint32_t)(RT_SR_PAIRS_ + RT_PAIR_N * p1 + p2) << 8;
+            pc--;
+        }
+    }
+}
+
 /* Fills p->scalar_index from p's verified words; returns 1 when the
  * program has a one-element instruction (else the general sweeps run). */
 static int32_t rt_scalar_index_build(const rt_program *p)
@@ -687,6 +780,7 @@ static int32_t rt_scalar_index_build(const rt_program *p)
         ix[start + 1] = RT_SF_RUN | (uint32_t)m << 16;
         ix[pc] |= (uint32_t)RT_SR_RUN << 8 | (uint32_t)m << 16;
     }
+    rt_scalar_pair(p);
     return n_scalar > 0;
 }
 
@@ -724,6 +818,20 @@ static int32_t rt_scalar_index_build(const rt_program *p)
     }
 #define SF_HAND_(NAME, ...) \
     SF_CASE(NAME) { rt_sfwd_##NAME(v, ints, w[1], w[2], w[3], w[4], w[5]); SF_NEXT }
+/* A pair's bodies: the words of its first instruction at w, its second's at
+ * w + RT_WORDS. */
+#define SF_PBODY_U(NAME, W) v[(W)[2]] = rt_sf_##NAME(v[(W)[3]]);
+#define SF_PBODY_B(NAME, W) v[(W)[2]] = rt_sf_##NAME(v[(W)[3]], v[(W)[4]]);
+#define SF_PBODY_H(NAME, W) rt_sfwd_##NAME(v, ints, (W)[1], (W)[2], (W)[3], (W)[4], (W)[5]);
+#define SF_PAIR_(H1, N1, K1, H2, N2, K2)                                      \
+    SF_CASE(P_##H1##__##H2) {                                                 \
+        SF_PBODY_##K1(N1, w)                                                  \
+        SF_PBODY_##K2(N2, w + RT_WORDS)                                       \
+        w += 2 * RT_WORDS;                                                    \
+        k += 2;                                                               \
+        SF_GO;                                                                \
+    }
+#define SF_LABELP_(H1, N1, K1, H2, ...) [RT_SF_P_##H1##__##H2] = &&L_SF_P_##H1##__##H2,
 #define SF_LABEL1_(NAME, ...) [RT_SF_##NAME] = &&L_SF_##NAME,
 #define SF_LABEL2_(NAME, ...) [RT_SF_##NAME##_VV] = &&L_SF_##NAME##_VV,
 #define SF_LABELG_(NAME, ...) [RT_SF_GUARD_##NAME] = &&L_SF_GUARD_##NAME,
@@ -741,6 +849,7 @@ RT_HOT RT_THREADED static int rt_scalar_forward(rt_program *p)
         [RT_SF_END] = &&L_SF_END, [RT_SF_RUN] = &&L_SF_RUN,
         RT_UNARY(SF_LABEL1_) RT_UNARY_ND(SF_LABEL1_) RT_BINARY(SF_LABEL2_)
         RT_BINARY_ND(SF_LABEL2_) RT_GUARDS(SF_LABELG_) RT_SCALAR_HAND(SF_LABEL1_)
+        RT_PAIRS(SF_LABELP_)
     };
     SF_GO;
 #else
@@ -762,6 +871,7 @@ RT_HOT RT_THREADED static int rt_scalar_forward(rt_program *p)
     RT_BINARY_ND(SF_BINARY_)
     RT_GUARDS(SF_GUARD_)
     RT_SCALAR_HAND(SF_HAND_)
+    RT_PAIRS(SF_PAIR_)
 #if !RT_COMPUTED_GOTO
     default:
         return RT_UNVERIFIED;           /* unreachable: rt_verify built the index */
@@ -801,6 +911,43 @@ RT_HOT RT_THREADED static int rt_scalar_forward(rt_program *p)
 #define SR_HAND_(NAME, ...)                                                   \
     SR_HAND_FL_(NAME, 1) SR_HAND_FL_(NAME, 2) SR_HAND_FL_(NAME, 3) SR_HAND_FL_(NAME, 4) \
     SR_HAND_FL_(NAME, 5) SR_HAND_FL_(NAME, 6) SR_HAND_FL_(NAME, 7)
+/* A pair's bodies (the later instruction's words at W = w - RT_WORDS, the
+ * earlier one's at w - 2 RT_WORDS), as the single handlers above with the
+ * adjoint flags read from the op word. */
+#define SR_PBODY_U(NAME, W)                                                   \
+    {                                                                         \
+        const int64_t o = (W)[2];                                             \
+        const double g = d[o];                                                \
+        if (RT_LIKELY(g != 0.0)) {                                            \
+            const int64_t a = (W)[3];                                         \
+            d[a] += g * rt_sd_##NAME(v[a], v[o]);                             \
+        }                                                                     \
+    }
+#define SR_PBODY_B(NAME, W)                                                   \
+    {                                                                         \
+        const uint32_t fl = (uint32_t)(W)[0] >> RT_FLAGS_SHIFT;               \
+        const int64_t o = (W)[2];                                             \
+        const double g = d[o];                                                \
+        if (RT_LIKELY(g != 0.0)) {                                            \
+            const int64_t a = (W)[3], b = (W)[4];                             \
+            const double x = v[a], y = v[b], f = v[o];                        \
+            (void)x; (void)y; (void)f;                                        \
+            if (fl & 1) d[a] += g * rt_sdx_##NAME(x, y, f);                   \
+            if (fl & 2) d[b] += g * rt_sdy_##NAME(x, y, f);                   \
+        }                                                                     \
+    }
+#define SR_PBODY_H(NAME, W)                                                   \
+    rt_srev_##NAME((uint32_t)(W)[0] >> RT_FLAGS_SHIFT, v, d, ints, (W)[1], (W)[2], (W)[3], \
+                   (W)[4], (W)[5]);
+#define SR_PAIR_(H1, N1, K1, H2, N2, K2)                                      \
+    SR_CASE(P_##H1##__##H2) {                                                 \
+        SR_PBODY_##K1(N1, w - RT_WORDS)                                       \
+        SR_PBODY_##K2(N2, w - 2 * RT_WORDS)                                   \
+        w -= 2 * RT_WORDS;                                                    \
+        k -= 2;                                                               \
+        SR_GO;                                                                \
+    }
+#define SR_LABELP_(H1, N1, K1, H2, ...) [RT_SR_P_##H1##__##H2] = &&L_SR_P_##H1##__##H2,
 #define SR_LABEL1_(NAME, ...) [RT_SR_##NAME] = &&L_SR_##NAME,
 #define SR_LABEL3_(NAME, ...) [RT_SR_##NAME##_1] = &&L_SR_##NAME##_1,                \
     [RT_SR_##NAME##_2] = &&L_SR_##NAME##_2, [RT_SR_##NAME##_3] = &&L_SR_##NAME##_3,
@@ -822,6 +969,7 @@ RT_HOT RT_THREADED static int rt_scalar_reverse(const rt_program *p)
     static const void *const sr_labels[RT_SR_COUNT] = {
         [RT_SR_END] = &&L_SR_END, [RT_SR_RUN] = &&L_SR_RUN, [RT_SR_SKIP] = &&L_SR_SKIP,
         RT_UNARY(SR_LABEL1_) RT_BINARY(SR_LABEL3_) RT_SCALAR_HAND(SR_LABEL7_)
+        RT_PAIRS(SR_LABELP_)
     };
     SR_GO;
 #else
@@ -841,6 +989,7 @@ RT_HOT RT_THREADED static int rt_scalar_reverse(const rt_program *p)
     RT_UNARY(SR_UNARY_)
     RT_BINARY(SR_BINARY_)
     RT_SCALAR_HAND(SR_HAND_)
+    RT_PAIRS(SR_PAIR_)
 #if !RT_COMPUTED_GOTO
     default:
         return RT_UNVERIFIED;           /* unreachable: rt_verify built the index */
