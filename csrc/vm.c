@@ -593,13 +593,15 @@ vm_next:
  * indirect jump (each jump site learns its own successors); elsewhere a
  * switch in a loop. */
 
-/* Pairs.  Two adjacent one-element instructions whose handlers are both in
- * this list (plain arithmetic, what Python loops over floats are made of)
- * run as one handler, one after the other: half the dispatches, each of
- * which costs about as much as such an instruction's own work.  The forward
- * pairs instructions (pc, pc + 1), the reverse (pc + 1, pc) -- each greedily
- * from its own start -- and both keep the single handlers' bodies and
- * order.  X(handler, op-table name, U unary / B binary / H hand). */
+/* Pairs.  In the forward sweep, two adjacent one-element instructions whose
+ * handlers are both in this list (plain arithmetic, what Python loops over
+ * floats are made of) run as one handler, one after the other, with the
+ * single handlers' bodies: one dispatch instead of two, which measured ~1 ns
+ * (about an instruction's own work) each on eight-schools.  Pairs are taken
+ * greedily from the start.  Reverse pairs were built and measured slower
+ * (their flag tests cost more than the dispatch they save), so the reverse
+ * keeps one handler per instruction and flag combination.
+ * X(handler, op-table name, U unary / B binary / H hand). */
 #define RT_PAIR_OPS(X) \
     X(SQUARE, SQUARE, U) \
     X(NEG, NEG, U) \
@@ -646,23 +648,18 @@ enum {
     RT_SF_COUNT
 };
 #define RT_SR_ENUM1_(NAME, ...) RT_SR_##NAME,
-#define RT_SR_ENUMP_(H1, N1, K1, H2, ...) RT_SR_P_##H1##__##H2,
 #define RT_SR_ENUM3_(NAME, ...) RT_SR_##NAME##_1, RT_SR_##NAME##_2, RT_SR_##NAME##_3,
 #define RT_SR_ENUM7_(NAME, ...) RT_SR_##NAME##_1, RT_SR_##NAME##_2, RT_SR_##NAME##_3, \
     RT_SR_##NAME##_4, RT_SR_##NAME##_5, RT_SR_##NAME##_6, RT_SR_##NAME##_7,
 enum {
     RT_SR_END = 0, RT_SR_RUN, RT_SR_SKIP,
     RT_UNARY(RT_SR_ENUM1_) RT_BINARY(RT_SR_ENUM3_) RT_SCALAR_HAND(RT_SR_ENUM7_)
-    RT_SR_PAIRS_,
-    RT_SR_PAIRS_BASE_ = RT_SR_PAIRS_ - 1,
-    RT_PAIRS(RT_SR_ENUMP_)
     RT_SR_COUNT
 };
 /* pair (H1, H2) is handler base + 1 + RT_PAIR_N * position(H1) + position(H2) */
 #define RT_PAIR_CHECK_(H1, N1, K1, H2, ...)                                   \
     typedef char rt_pair_at_##H1##__##H2[                                     \
-        (RT_SF_P_##H1##__##H2 == RT_SF_PAIRS_ + RT_PAIR_N * RT_PP_##H1 + RT_PP_##H2 \
-         && RT_SR_P_##H1##__##H2 == RT_SR_PAIRS_ + RT_PAIR_N * RT_PP_##H1 + RT_PP_##H2) ? 1 : -1];
+        (RT_SF_P_##H1##__##H2 == RT_SF_PAIRS_ + RT_PAIR_N * RT_PP_##H1 + RT_PP_##H2) ? 1 : -1];
 RT_PAIRS(RT_PAIR_CHECK_)
 typedef char rt_scalar_handlers_fit_a_byte_[(RT_SF_COUNT <= 256 && RT_SR_COUNT <= 256) ? 1 : -1];
 #define RT_SCALAR_RUN_MAX 0xffff
@@ -707,23 +704,17 @@ static int rt_scalar_rev_handler(const int32_t *w)
     }
 }
 
-/* The position in RT_PAIR_OPS of single handler h (forward: RT_SF_*;
- * reverse: RT_SR_*, any of the op's flag variants), or -1. */
-#define RT_PP_IN_U_(H, N, h) ((h) == RT_SR_##H)
-#define RT_PP_IN_B_(H, N, h) ((h) >= RT_SR_##N##_1 && (h) <= RT_SR_##N##_3)
-#define RT_PP_IN_H_(H, N, h) ((h) >= RT_SR_##H##_1 && (h) <= RT_SR_##H##_7)
-static int rt_pair_pos(int h, int rev)
+/* The position in RT_PAIR_OPS of forward handler h, or -1. */
+static int rt_pair_pos(int h)
 {
-#define RT_PP_POS_(H, N, K)                                                   \
-    if (rev ? RT_PP_IN_##K##_(H, N, h) : h == RT_SF_##H)                      \
-        return RT_PP_##H;
+#define RT_PP_POS_(H, ...) if (h == RT_SF_##H) return RT_PP_##H;
     RT_PAIR_OPS(RT_PP_POS_)
 #undef RT_PP_POS_
     return -1;
 }
 
-/* Marks the pairs in a filled index: forward pairs on the first
- * instruction's entry, reverse pairs on the later instruction's. */
+/* Marks the forward pairs in a filled index, on the first instruction's
+ * entry. */
 static void rt_scalar_pair(const rt_program *p)
 {
     uint32_t *const ix = p->scalar_index + 1;     /* ix[pc]: instruction pc */
@@ -731,18 +722,10 @@ static void rt_scalar_pair(const rt_program *p)
     int64_t pc;
     int p1, p2;
     for (pc = 0; pc + 1 < N; pc++) {
-        if ((p1 = rt_pair_pos((int)(ix[pc] & 0xff), 0)) >= 0
-            && (p2 = rt_pair_pos((int)(ix[pc + 1] & 0xff), 0)) >= 0) {
+        if ((p1 = rt_pair_pos((int)(ix[pc] & 0xff))) >= 0
+            && (p2 = rt_pair_pos((int)(ix[pc + 1] & 0xff))) >= 0) {
             ix[pc] = (ix[pc] & ~(uint32_t)0xff) | (uint32_t)(RT_SF_PAIRS_ + RT_PAIR_N * p1 + p2);
             pc++;
-        }
-    }
-    for (pc = N - 1; pc >= 1; pc--) {
-        if ((p1 = rt_pair_pos((int)((ix[pc] >> 8) & 0xff), 1)) >= 0
-            && (p2 = rt_pair_pos((int)((ix[pc - 1] >> 8) & 0xff), 1)) >= 0) {
-            ix[pc] = (ix[pc] & ~(uint32_t)0xff00)
-                     | (uint32_t)(RT_SR_PAIRS_ + RT_PAIR_N * p1 + p2) << 8;
-            pc--;
         }
     }
 }
@@ -911,43 +894,6 @@ RT_HOT RT_THREADED static int rt_scalar_forward(rt_program *p)
 #define SR_HAND_(NAME, ...)                                                   \
     SR_HAND_FL_(NAME, 1) SR_HAND_FL_(NAME, 2) SR_HAND_FL_(NAME, 3) SR_HAND_FL_(NAME, 4) \
     SR_HAND_FL_(NAME, 5) SR_HAND_FL_(NAME, 6) SR_HAND_FL_(NAME, 7)
-/* A pair's bodies (the later instruction's words at W = w - RT_WORDS, the
- * earlier one's at w - 2 RT_WORDS), as the single handlers above with the
- * adjoint flags read from the op word. */
-#define SR_PBODY_U(NAME, W)                                                   \
-    {                                                                         \
-        const int64_t o = (W)[2];                                             \
-        const double g = d[o];                                                \
-        if (RT_LIKELY(g != 0.0)) {                                            \
-            const int64_t a = (W)[3];                                         \
-            d[a] += g * rt_sd_##NAME(v[a], v[o]);                             \
-        }                                                                     \
-    }
-#define SR_PBODY_B(NAME, W)                                                   \
-    {                                                                         \
-        const uint32_t fl = (uint32_t)(W)[0] >> RT_FLAGS_SHIFT;               \
-        const int64_t o = (W)[2];                                             \
-        const double g = d[o];                                                \
-        if (RT_LIKELY(g != 0.0)) {                                            \
-            const int64_t a = (W)[3], b = (W)[4];                             \
-            const double x = v[a], y = v[b], f = v[o];                        \
-            (void)x; (void)y; (void)f;                                        \
-            if (fl & 1) d[a] += g * rt_sdx_##NAME(x, y, f);                   \
-            if (fl & 2) d[b] += g * rt_sdy_##NAME(x, y, f);                   \
-        }                                                                     \
-    }
-#define SR_PBODY_H(NAME, W)                                                   \
-    rt_srev_##NAME((uint32_t)(W)[0] >> RT_FLAGS_SHIFT, v, d, ints, (W)[1], (W)[2], (W)[3], \
-                   (W)[4], (W)[5]);
-#define SR_PAIR_(H1, N1, K1, H2, N2, K2)                                      \
-    SR_CASE(P_##H1##__##H2) {                                                 \
-        SR_PBODY_##K1(N1, w - RT_WORDS)                                       \
-        SR_PBODY_##K2(N2, w - 2 * RT_WORDS)                                   \
-        w -= 2 * RT_WORDS;                                                    \
-        k -= 2;                                                               \
-        SR_GO;                                                                \
-    }
-#define SR_LABELP_(H1, N1, K1, H2, ...) [RT_SR_P_##H1##__##H2] = &&L_SR_P_##H1##__##H2,
 #define SR_LABEL1_(NAME, ...) [RT_SR_##NAME] = &&L_SR_##NAME,
 #define SR_LABEL3_(NAME, ...) [RT_SR_##NAME##_1] = &&L_SR_##NAME##_1,                \
     [RT_SR_##NAME##_2] = &&L_SR_##NAME##_2, [RT_SR_##NAME##_3] = &&L_SR_##NAME##_3,
@@ -969,7 +915,6 @@ RT_HOT RT_THREADED static int rt_scalar_reverse(const rt_program *p)
     static const void *const sr_labels[RT_SR_COUNT] = {
         [RT_SR_END] = &&L_SR_END, [RT_SR_RUN] = &&L_SR_RUN, [RT_SR_SKIP] = &&L_SR_SKIP,
         RT_UNARY(SR_LABEL1_) RT_BINARY(SR_LABEL3_) RT_SCALAR_HAND(SR_LABEL7_)
-        RT_PAIRS(SR_LABELP_)
     };
     SR_GO;
 #else
@@ -989,7 +934,6 @@ RT_HOT RT_THREADED static int rt_scalar_reverse(const rt_program *p)
     RT_UNARY(SR_UNARY_)
     RT_BINARY(SR_BINARY_)
     RT_SCALAR_HAND(SR_HAND_)
-    RT_PAIRS(SR_PAIR_)
 #if !RT_COMPUTED_GOTO
     default:
         return RT_UNVERIFIED;           /* unreachable: rt_verify built the index */
@@ -1362,8 +1306,10 @@ static void rt_save_io(rt_program *p, int restore)
  * copy x in and run the forward sweep.  On RT_BUSY the program was not
  * taken: return at once, without rt_release.  A refused replay fills r (if
  * not NULL) before the previous replay's values are put back. */
+static void rt_zero_adj_rev(const rt_program *p);
+
 static int rt_begin_sweep(rt_program *p, const double *x, int missing, rt_report *r,
-                          int (*fused)(rt_program *))
+                          int (*fused)(rt_program *), int *zeroed)
 {
     int st;
     if (!rt_acquire(p))
@@ -1372,6 +1318,14 @@ static int rt_begin_sweep(rt_program *p, const double *x, int missing, rt_report
         return RT_UNVERIFIED;
     if (missing)
         return RT_BADARG;
+    /* A reverse sweep follows: its adjoints are zeroed before the forward
+     * sweep, whose work hides the stores (not with guards: the adjoint
+     * arena keeps the last replay's inputs and output until the forward
+     * sweep has passed them). */
+    if (zeroed != NULL && fused == NULL && !p->guarded) {
+        rt_zero_adj_rev(p);
+        *zeroed = 1;
+    }
     if (p->guarded)
         rt_save_io(p, 0);
     if (fused != NULL) {                    /* a native value_and_grad: forward and reverse */
@@ -1394,7 +1348,7 @@ static int rt_begin_sweep(rt_program *p, const double *x, int missing, rt_report
 
 static int rt_begin_report(rt_program *p, const double *x, int missing, rt_report *r)
 {
-    return rt_begin_sweep(p, x, missing, r, NULL);
+    return rt_begin_sweep(p, x, missing, r, NULL, NULL);
 }
 
 static int rt_begin(rt_program *p, const double *x, int missing)
@@ -1483,7 +1437,7 @@ int rt_read_io(rt_program *p, double *x, double *y)
 
 int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g)
 {
-    int st;
+    int st, zeroed = 0;
     int64_t t0;
     const rt_native *nat;
     int (*fused)(rt_program *);
@@ -1492,11 +1446,13 @@ int rt_value_and_grad(rt_program *p, const double *x, double *value, double *g)
     t0 = rt_hot_start(p);
     nat = rt_native_of(p);
     fused = nat != NULL ? nat->value_and_grad : NULL;
-    if ((st = rt_begin_sweep(p, x, p->out_len != 1 || (g == NULL && p->n_grad > 0), NULL, fused))
+    if ((st = rt_begin_sweep(p, x, p->out_len != 1 || (g == NULL && p->n_grad > 0), NULL, fused,
+                             &zeroed))
         == RT_BUSY)
         return st;
     if (st == RT_OK && fused == NULL) {
-        rt_zero_adj_rev(p);
+        if (!zeroed)
+            rt_zero_adj_rev(p);
         p->adj[p->out_off] = 1.0;
         st = rt_run_reverse(p);
     }
@@ -1679,9 +1635,12 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
             if ((st = nat->value_and_grad(p)) != RT_OK)
                 break;
         } else {
+            if (!p->guarded)                /* before the forward: rt_begin_sweep */
+                rt_zero_adj_rev(p);
             if ((st = rt_run_forward(p)) != RT_OK)
                 break;
-            rt_zero_adj_rev(p);
+            if (p->guarded)
+                rt_zero_adj_rev(p);
             p->adj[p->out_off] = 1.0;
             if ((st = rt_run_reverse(p)) != RT_OK)
                 break;
