@@ -642,8 +642,8 @@ enum {
     RT_SF_END = 0, RT_SF_RUN,
     RT_UNARY(RT_SF_ENUM1_) RT_UNARY_ND(RT_SF_ENUM1_) RT_BINARY(RT_SF_ENUM2_)
     RT_BINARY_ND(RT_SF_ENUM2_) RT_GUARDS(RT_SF_ENUMG_) RT_SCALAR_HAND(RT_SF_ENUM1_)
-    RT_SF_PAIRS_,
-    RT_SF_PAIRS_BASE_ = RT_SF_PAIRS_ - 1,
+    RT_SF_PAIRS_,                       /* the first pair's number */
+    RT_SF_PAIRS_AT_ = RT_SF_PAIRS_ - 1, /* (so that it is RT_SF_PAIRS_) */
     RT_PAIRS(RT_SF_ENUMP_)
     RT_SF_COUNT
 };
@@ -656,7 +656,8 @@ enum {
     RT_UNARY(RT_SR_ENUM1_) RT_BINARY(RT_SR_ENUM3_) RT_SCALAR_HAND(RT_SR_ENUM7_)
     RT_SR_COUNT
 };
-/* pair (H1, H2) is handler base + 1 + RT_PAIR_N * position(H1) + position(H2) */
+/* Pair (H1, H2) is handler RT_SF_PAIRS_ + RT_PAIR_N * position(H1) + position(H2)
+ * (rt_scalar_pair computes it so). */
 #define RT_PAIR_CHECK_(H1, N1, K1, H2, ...)                                   \
     typedef char rt_pair_at_##H1##__##H2[                                     \
         (RT_SF_P_##H1##__##H2 == RT_SF_PAIRS_ + RT_PAIR_N * RT_PP_##H1 + RT_PP_##H2) ? 1 : -1];
