@@ -616,6 +616,14 @@ enum {
     X(AXPY) \
     X(SQDIFF)
 
+/* Hand instructions with one-element forms rt_sfwd_NAME / rt_srev_NAME
+ * (isa.Instr.scalar: vm.c's scalar path): X(NAME, allowed adjoint flags,
+ * 1 if the output is one element whatever n is) */
+#define RT_SCALAR_HAND(X) \
+    X(AXPY, 7, 0) \
+    X(SQDIFF, 3, 0) \
+    X(CSUM, 3, 1)
+
 /* Own verify functions: X(NAME, rt_verify_ suffix) */
 #define RT_VERIFY(X) \
     X(CHOLESKY, LINALG) \

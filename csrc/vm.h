@@ -100,6 +100,15 @@ typedef struct rt_program {
      * Written only by the thread that owns the program (busy). */
     int64_t hot_calls;    int64_t hot_max_calls;
     int64_t hot_ns;       int64_t hot_max_ns;
+    /* The scalar path (vm.c): a caller-owned buffer of n_instr + 2 entries
+     * (NULL: none), which rt_verify fills from the words it accepted -- one
+     * dispatch entry per instruction, a one-element instruction's own
+     * handler, any other run of instructions one call of the general sweep.
+     * rt_verify sets scalar_path to 1 when the value_and_grad, forward and
+     * reverse sweeps use it (the program has one-element instructions); the
+     * buffer must not change while scalar_path is 1. */
+    uint32_t *scalar_index;
+    int32_t scalar_path;  /* written by rt_verify only */
 } rt_program;
 
 /* ctape.bind(x, g) as one C call (rt_bound_value_and_grad): compiled.py

@@ -49,6 +49,26 @@ RT_TAN(AXPY)
     }
 }
 
+/* One element (isa scalar=True: vm.c's scalar path): the n == 1 case of
+ * the loops above, the same operations in the same order. */
+RT_SFWD(AXPY)
+{
+    const double prod = v[b] * v[c];
+    v[o] = v[a] + prod;
+}
+
+RT_SREV(AXPY)
+{
+    const double g = d[o];
+    double sb = 0.0;
+    if (RT_LIKELY(g != 0.0)) {
+        if (fl & 1) d[a] += g;
+        if (fl & 2) sb += g * v[c];
+        if (fl & 4) d[c] += g * v[b];
+    }
+    if (fl & 2) d[b] += sb;
+}
+
 /* SQDIFF: out[n] = (a[n] - b[n])^2, the difference rounded first (SUB then SQUARE). */
 RT_FWD(SQDIFF)
 {
@@ -84,6 +104,25 @@ RT_TAN(SQDIFF)
     for (i = 0; i < n; i++) {
         const double dt = ((fl & 1) ? t[a + i] : 0.0) - ((fl & 2) ? t[b + i] : 0.0);
         t[o + i] = dt != 0.0 ? dt * (2.0 * (v[a + i] - v[b + i])) : 0.0;
+    }
+}
+
+/* One element (isa scalar=True), as the loops above. */
+RT_SFWD(SQDIFF)
+{
+    const double s = v[a] - v[b];
+    v[o] = s * s;
+}
+
+RT_SREV(SQDIFF)
+{
+    const double g = d[o];
+    if (RT_LIKELY(g != 0.0)) {
+        const double s = v[a] - v[b], gt = g * (2.0 * s);
+        if (RT_LIKELY(gt != 0.0)) {
+            if (fl & 1) d[a] += gt * 1.0;
+            if (fl & 2) d[b] += gt * -1.0;
+        }
     }
 }
 
@@ -167,6 +206,11 @@ RT_TAN(CSUM)
     }
     t[o] = r;
 }
+
+/* CSUM always has one element (isa scalar=True): its kernels are its
+ * scalar forms. */
+RT_SFWD(CSUM) { rt_fwd_CSUM(v, ints, n, o, a, b, c); }
+RT_SREV(CSUM) { rt_rev_CSUM(fl, v, d, ints, n, o, a, b, c); }
 
 /* The term list: n side-table entries, each naming an arena slot. */
 RT_VERIFY_FN(CSUM)

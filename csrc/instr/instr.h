@@ -8,6 +8,10 @@
  *                    from the output's, for the operands whose flag is set
  *   RT_TAN(NAME)     tangent:  t[out] from the operands' tangents (the same
  *                    partials as the reverse; flags as in the reverse)
+ *   RT_SFWD(NAME), RT_SREV(NAME)  only if its isa.py row says scalar=True:
+ *                    forward and reverse of one element (n == 1, or any n
+ *                    when the output is one element), with the bits of the
+ *                    kernels above: vm.c's scalar path runs them
  *   RT_VERIFY_FN(NAME)  only if its isa.py row says verify=True: the checks
  *                    the descriptor table cannot express (index maps,
  *                    shapes, term lists); it may set the operand lengths
@@ -62,6 +66,18 @@
     static inline int rt_tan_##NAME(uint32_t fl, const double *v, double *t,  \
                                     const int32_t *ints, int64_t n, int64_t o, \
                                     int64_t a, int64_t b, int64_t c)
+#define RT_SFWD(NAME)                                                         \
+    static inline void rt_sfwd_##NAME(double *v, const int32_t *ints, int64_t n, \
+                                      int64_t o, int64_t a, int64_t b, int64_t c)
+#define RT_SREV(NAME)                                                         \
+    static inline void rt_srev_##NAME(uint32_t fl, const double *v, double *d, \
+                                      const int32_t *ints, int64_t n, int64_t o, \
+                                      int64_t a, int64_t b, int64_t c)
+#if defined(__GNUC__)
+#define RT_LIKELY(x) __builtin_expect(!!(x), 1)
+#else
+#define RT_LIKELY(x) (x)
+#endif
 #define RT_VERIFY_FN(NAME)                                                    \
     static inline int rt_verify_##NAME(rt_vctx *vc, const int32_t *w, rt_vlens *len)
 

@@ -136,6 +136,12 @@ def _isa_lines():
         "#define RT_BLOCKABLE(X) \\",
         _x([f"X({i.name})" for i in isa.BY_OPCODE if i.blockable]),
         "",
+        "/* Hand instructions with one-element forms rt_sfwd_NAME / rt_srev_NAME",
+        " * (isa.Instr.scalar: vm.c's scalar path): X(NAME, allowed adjoint flags,",
+        " * 1 if the output is one element whatever n is) */",
+        "#define RT_SCALAR_HAND(X) \\",
+        _x([f"X({i.name}, {i.flags}, {int(i.out == '1')})" for i in isa.BY_OPCODE if i.scalar]),
+        "",
         "/* Own verify functions: X(NAME, rt_verify_ suffix) */",
         "#define RT_VERIFY(X) \\",
         _x([f"X({i.name}, {'LINALG' if i.kernel == 'linalg' else i.name})"

@@ -153,6 +153,8 @@ class CompiledTape:
                 ffi.from_buffer("double[]", self._vals),
                 ffi.from_buffer("double[]", self._adj)]
         p.code, p.ints, p.vals, p.adj = keep
+        # The scalar path's dispatch index (vm.h), which rt_verify fills.
+        keep.append(_scalar_index(p, self._code.shape[0]))
         p.n_instr = self._code.shape[0]
         p.n_ints = self._ints.size
         p.n_vals = prog.n_vals
@@ -1362,6 +1364,15 @@ def _check_compilable(tape):
                          "differentiate; register inputs with tape.track(x) before computing")
 
 
+def _scalar_index(p, n_instr):
+    """The scalar path's dispatch index of p (vm.h: scalar_index, n_instr + 2
+    entries that rt_verify fills from the words it accepts), set on p; the
+    caller keeps the returned buffer alive with p."""
+    buf = ffi.new("uint32_t[]", n_instr + 2)
+    p.scalar_index = buf
+    return buf
+
+
 class _BatchArena:
     """Arenas of one extra batch thread: its own values and adjoints (constants
     copied in) and its own rt_program over the shared, read-only words."""
@@ -1375,6 +1386,7 @@ class _BatchArena:
         self._keep = [ffi.from_buffer("double[]", self.vals), ffi.from_buffer("double[]", self.adj)]
         p.code, p.ints = ct._keep[0], ct._keep[1]
         p.vals, p.adj = self._keep
+        self._keep.append(_scalar_index(p, ct._p.n_instr))
         for f in ("n_instr", "n_ints", "n_vals", "n_in", "n_grad", "n_fixed", "out_off",
                   "out_len", "n_callbacks", "callback"):
             setattr(p, f, getattr(ct._p, f))

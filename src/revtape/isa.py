@@ -26,6 +26,12 @@ Word kinds (the strings below, generated as ``RT_W_*``):
 ``verify=True``: the instruction has a ``rt_verify_NAME`` in its C home
 (csrc/instr/*.h) for what the table cannot say (index maps, shapes,
 term lists); it runs after the table's checks and before the region checks.
+
+``scalar=True`` (hand instructions): its C home also has one-element forms
+``RT_SFWD`` / ``RT_SREV`` (its kernels' n == 1 case, or any n when its
+output is one element; same bits), which vm.c's scalar path runs
+(``RT_SCALAR_HAND``); the generated elementwise rows and the guards have
+theirs from the op table.
 """
 
 from dataclasses import dataclass
@@ -77,6 +83,7 @@ class Instr:
     verify: bool = False        # extra checks in C: rt_verify_NAME
     b_label: str = ""           # what a `len` word b is, for messages
     fmt: str = ""               # operands in the disassembly ("" : @a, @b ... by arity)
+    scalar: bool = False        # hand instruction with one-element forms (vm.c's scalar path)
     opcode: int = -1
 
     @property
@@ -119,9 +126,10 @@ HAND = {
     "MATMUL": dict(a="custom", b="custom", c="ints", flags=3, verify=True,
                    fmt="@{a}, @{b}  {ints3}"),
     "CLIP": dict(a="n", b="1", c="1"),
-    "AXPY": dict(a="n", b="1", c="n", flags=7),
-    "SQDIFF": dict(a="n", b="n", flags=3),
-    "CSUM": dict(n="count1", out="1", a="1", c="ints", flags=3, verify=True, fmt="csum"),
+    "AXPY": dict(a="n", b="1", c="n", flags=7, scalar=True),
+    "SQDIFF": dict(a="n", b="n", flags=3, scalar=True),
+    "CSUM": dict(n="count1", out="1", a="1", c="ints", flags=3, verify=True, fmt="csum",
+                 scalar=True),
     "PYCALL": dict(kernel="callback", a="slot", b="len", c="ints", verify=True,
                    b_label="operand count", fmt="pycall"),
     "GAXPY": dict(a="custom", b="1", c="ints", flags=7, verify=True,

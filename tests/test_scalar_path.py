@@ -1,0 +1,232 @@
+"""The VM's scalar path (vm.c, issue 17): one-element instructions run from a
+dispatch index that rt_verify builds (vm.h: scalar_index, scalar_path), one
+handler per instruction and adjoint-flag combination, adjacent plain
+arithmetic paired into one handler, every other instruction run by the
+general sweep in runs.  Its bits must be the general sweeps': each test
+compiles a tape twice and turns the scalar path off on one copy
+(p.scalar_path = 0, the general sweeps), then compares bit patterns."""
+
+import numpy as np
+import pytest
+
+import revtape as rt
+from revtape import ops
+from revtape._vm import ffi, lib
+from revtape.bench import workloads as bench_workloads
+from revtape.ops import P
+
+from test_native_coverage import (_UNARY, _BINARY, _all_same, _same, _same_nan,
+                                  _scalar_families, _structure_families)
+
+
+def _both(fa, fb, x, same):
+    """fa(x) and fb(x) have the same bits, or both refuse the branch."""
+    try:
+        want = fb(x)
+    except rt.BranchChanged as e:
+        with pytest.raises(rt.BranchChanged) as got:
+            fa(x)
+        assert str(got.value) == str(e)
+        return
+    assert _all_same(fa(x), want, same)
+
+
+def _twins(tape, scalar=True):
+    """(scalar path, general sweeps): the same program compiled twice."""
+    a, b = rt.compile(tape, native=False), rt.compile(tape, native=False)
+    assert a._p.scalar_path == int(scalar)
+    b._p.scalar_path = 0
+    return a, b
+
+
+def _check(tape, a, b, xs, rng, same=_same, ref=True):
+    n = xs[0].size
+    for x in xs:
+        try:
+            want = b.value_and_gradient(x)
+        except rt.BranchChanged as e:
+            with pytest.raises(rt.BranchChanged) as got:
+                a.value_and_gradient(x)
+            assert str(got.value) == str(e)
+            continue
+        assert _all_same(a.value_and_gradient(x), want, same)
+        assert same(a.forward(x), b.forward(x))
+        v = rng.normal(size=n)
+        assert same(a.jvp(x, v), b.jvp(x, v))
+        assert _all_same(a.vjp(x, 1.5), b.vjp(x, 1.5), same)
+        if not ref:
+            continue
+        # and the reference replay (the executable specification), to rounding
+        rv, rg = tape.value_and_gradient(x)
+        va, ga = a.value_and_gradient(x)
+        if np.isfinite(rv):
+            assert va == pytest.approx(rv, rel=1e-12, abs=1e-12)
+            np.testing.assert_allclose(ga, rg, rtol=1e-10, atol=1e-12)
+
+
+def test_every_scalar_family_gives_the_general_sweeps_bits(rng):
+    x0 = np.array([0.3, 0.55, 0.45])
+    tape = rt.GradientTape(_scalar_families, x0)
+    a, b = _twins(tape)
+    xs = [x0 + 0.05 * rng.normal(size=3) for _ in range(4)]
+    xs += [np.array([0.3, 0.55, 0.3]), np.array([0.3, 0.3, 0.5]),
+           np.array([0.3, 0.55, 0.0]), np.array([0.3, 0.55, -0.0]),
+           np.array([0.95, 0.5, 0.5])]                          # the guard fails
+    # (no reference replay: it refuses gammainc's shape derivative)
+    _check(tape, a, b, xs, rng, ref=False)
+    bad = [np.array([0.0, -0.0, 0.45]), np.array([-0.0, 0.0, 0.5]),
+           np.array([np.nan, 0.5, 0.4]), np.array([0.3, np.nan, 0.4]),
+           np.array([0.3, np.inf, 0.4]), np.array([0.3, 0.5, -np.inf])]
+    for x in bad:
+        _both(a.value_and_gradient, b.value_and_gradient, x, _same_nan)
+        _both(a.forward, b.forward, x, _same_nan)
+    X = np.array(xs[:4] * 3)
+    assert _all_same(a.batch_value_and_gradient(X, threads=2),
+                     b.batch_value_and_gradient(X, threads=2))
+    h = rt.HessianTape(lambda x: _scalar_families(x, skip=("gammainc", "gammaincc", "trigamma")),
+                       x0)
+    ha, hb = _twins(h)
+    for x in xs[:3]:
+        v = rng.normal(size=3)
+        assert _same(ha.hvp(x, v), hb.hvp(x, v)) and _same(ha.hessian(x), hb.hessian(x))
+
+
+def _pair_ops(x):
+    """Every ordered pair of the paired handlers (SQUARE, NEG, ADD, SUB, MUL,
+    DIV, AXPY, SQDIFF) with every adjoint-flag combination: operands that are
+    inputs (flags on) or constants (flags off), and aliased operands."""
+    c = 0.75
+    forms = [lambda u, v: u ** 2, lambda u, v: -u, lambda u, v: u + v, lambda u, v: c + v,
+             lambda u, v: u - c, lambda u, v: u * v, lambda u, v: c * v, lambda u, v: u * c,
+             lambda u, v: u * u,
+             lambda u, v: u / v, lambda u, v: c / v, lambda u, v: u / c,
+             lambda u, v: u + v * c, lambda u, v: u + c * v, lambda u, v: c + u * v,
+             lambda u, v: (u - v) ** 2, lambda u, v: (c - v) ** 2, lambda u, v: (u - c) ** 2]
+    tot = 0.0
+    k = 0
+    for f in forms:
+        for g in forms:
+            u, v = x[k % 4], x[(k + 1) % 4]
+            tot = tot + g(f(u, v), v) * x[(k + 2) % 4]
+            k += 1
+    return tot
+
+
+def test_pairs_of_every_paired_handler_and_flag_give_the_general_sweeps_bits(rng):
+    x0 = np.array([0.6, 1.3, -0.8, 0.4])
+    tape = rt.GradientTape(_pair_ops, x0)
+    a, b = _twins(tape)
+    names = {ops.VM_OPCODES[w & 0xFFFF] for w in a.code[:, 0]}
+    assert {"SQUARE", "NEG", "ADD_VV", "SUB_VV", "MUL_VV", "DIV_VV", "AXPY", "SQDIFF"} <= names
+    flags = {(ops.VM_OPCODES[w & 0xFFFF], w >> 16) for w in a.code[:, 0]}
+    assert {("MUL_VV", 1), ("MUL_VV", 2), ("MUL_VV", 3), ("AXPY", 5), ("AXPY", 7)} <= flags
+    xs = [x0 + 0.1 * rng.normal(size=4) for _ in range(3)]
+    xs += [np.array([0.0, -0.0, 1.0, 2.0]), np.array([0.75, 0.75, -0.0, 0.0])]
+    _check(tape, a, b, xs, rng)
+    bad = [np.array([np.inf, 1.0, 2.0, 3.0]), np.array([0.0, np.nan, 1.0, -1.0]),
+           np.array([1e308, 1e308, -1e308, 0.5])]
+    for x in bad:
+        _both(a.value_and_gradient, b.value_and_gradient, x, _same_nan)
+
+
+def test_mixed_programs_run_their_array_code_in_runs(rng):
+    """Array instructions, reductions, linalg, gathers and a guard between
+    scalar code: the general sweep runs them from the scalar path."""
+    x0 = np.linspace(0.2, 0.8, 6)
+
+    def f(x):
+        t = _structure_families(x)
+        for i in range(5):
+            t = t + (x[i] - x[i + 1] ** 2) ** 2 * t / (1.0 + x[i])
+        return t
+
+    tape = rt.GradientTape(f, x0)
+    a, b = _twins(tape)
+    xs = [x0 + 0.04 * rng.normal(size=6) for _ in range(3)] + [np.array([0.95, .3, .4, .5, .6, .7])]
+    _check(tape, a, b, xs, rng)
+    X = np.array(xs[:3] * 2)
+    assert _all_same(a.batch_value_and_gradient(X, threads=2),
+                     b.batch_value_and_gradient(X, threads=2))
+
+
+def test_array_programs_keep_the_general_sweeps(rng):
+    """No one-element instruction: scalar_path stays 0 (the index is not read)."""
+    tape = rt.GradientTape(lambda x: np.sum(np.exp(x) * x), np.linspace(0.1, 1.0, 8))
+    a = rt.compile(tape, native=False)
+    assert a._p.scalar_path == 0
+
+
+@pytest.mark.parametrize("name", ["eight-schools", "rosenbrock-loop", "chain", "radon", "logreg"])
+def test_benchmark_workloads_give_the_general_sweeps_bits(name, rng):
+    factory = {w.__name__.replace("_", "-"): w for w in
+               (bench_workloads.eight_schools, bench_workloads.rosenbrock_loop,
+                bench_workloads.chain, bench_workloads.radon, bench_workloads.logreg)}[name]
+    wl = factory() if name not in ("chain",) else factory(L=50)
+    tape = rt.GradientTape(wl.f, wl.x0)
+    a, b = rt.compile(tape, native=False), rt.compile(tape, native=False)
+    b._p.scalar_path = 0
+    n = wl.x0.size
+    xs = [wl.x0 + 0.05 * rng.normal(size=n) for _ in range(2)]
+    _check(tape, a, b, xs, rng)
+    xb, g1, g2 = xs[0].copy(), np.empty(n), np.empty(n)
+    assert _same(a.bind(xb, g1)(), b.bind(xb, g2)()) and _same(g1, g2)
+
+
+def test_guard_failure_reports_the_same_guard_and_keeps_the_last_replay():
+    def f(x):
+        y = x[0] * x[1] + x[2]
+        if y > 1.0:
+            return y * y - x[0]
+        return y + x[1] / x[2]
+
+    x0 = np.array([0.5, 0.5, 0.5])
+    tape = rt.GradientTape(f, x0)
+    a, b = _twins(tape)
+    a.value_and_gradient(x0)
+    b.value_and_gradient(x0)
+    bad = np.array([2.0, 2.0, 0.5])
+    msgs = []
+    for ct in (a, b):
+        with pytest.raises(rt.BranchChanged) as e:
+            ct.value_and_gradient(bad)
+        msgs.append(str(e.value))
+        with pytest.raises(rt.BranchChanged):
+            ct.forward(bad)
+        # the refused replay left the previous one in place
+        assert _same(ct.forward(x0), f(x0))
+    assert msgs[0] == msgs[1]
+
+
+def test_verify_builds_the_index_whatever_the_buffer_held(rng):
+    """The index is derived by rt_verify from the words it accepted: junk in
+    the buffer beforehand changes nothing, and a refused program leaves the
+    scalar path off (no sweep runs it)."""
+    x0 = np.array([0.3, 0.55, 0.45])
+    tape = rt.GradientTape(_scalar_families, x0)
+    a = rt.compile(tape, native=False)
+    want = a.value_and_gradient(x0)
+    p = a._p
+    n = p.n_instr
+    ix = np.frombuffer(ffi.buffer(p.scalar_index, (n + 2) * 4), dtype=np.uint32)
+    built = ix.copy()
+    ix[:] = rng.integers(0, 2 ** 32, size=n + 2, dtype=np.uint32)   # junk
+    msg = ffi.new("char[]", 256)
+    assert lib.rt_verify(p, msg, 256) == 0 and p.scalar_path == 1
+    assert np.array_equal(ix, built)
+    assert _all_same(a.value_and_gradient(x0), want)
+    # a program the verifier refuses: scalar_path 0, and every entry point refuses
+    code = np.array(a._code)
+    code[3, 2] = p.n_vals + 5                       # an output outside the arena
+    q = ffi.new("rt_program *")
+    keep = [ffi.from_buffer("int32_t[]", code), ffi.from_buffer("double[]", np.zeros(p.n_vals)),
+            ffi.from_buffer("double[]", np.zeros(p.n_vals)), ffi.new("uint32_t[]", n + 2)]
+    q.code, q.ints, q.n_instr, q.n_ints = keep[0], p.ints, n, p.n_ints
+    q.vals, q.adj, q.n_vals, q.scalar_index = keep[1], keep[2], p.n_vals, keep[3]
+    q.n_in, q.n_grad, q.n_fixed, q.out_off, q.out_len = p.n_in, p.n_grad, p.n_fixed, p.out_off, 1
+    q.scalar_path = 1                               # a caller's stale value
+    assert lib.rt_verify(q, msg, 256) != 0 and q.scalar_path == 0
+    assert b"outside" in ffi.string(msg) or ffi.string(msg)
+    value = ffi.new("double *")
+    g = np.empty(p.n_grad)
+    assert lib.rt_value_and_grad(q, ffi.NULL, value, ffi.from_buffer("double[]", g)) == \
+        lib.RT_UNVERIFIED
