@@ -310,3 +310,52 @@ def test_only_plain_single_array_programs_get_a_state():
     g = np.empty(3)
     v, gg = ht.value_and_gradient(np.ones(3), out=g)
     assert v == 3.0 and np.array_equal(g, 3.0 * np.ones(3))
+
+
+def test_the_method_takes_every_call_form_and_stays_a_method():
+    import inspect
+    import pickle
+    wl, ct = _eight_schools()
+    x, g = wl.x0 + 0.2, np.empty(10)
+    want = ct.value_and_gradient(x.copy())
+    m = ct.value_and_gradient
+    assert m.__self__ is ct and str(inspect.signature(m)) == "(x, out=None)"
+    for call in (lambda: m(x, out=g), lambda: m(x, g), lambda: m(x=x, out=g),
+                 lambda: m(out=g, x=x), lambda: rt.CompiledTape.value_and_gradient(ct, x, out=g),
+                 lambda: type(ct).value_and_gradient(ct, x=x, out=g)):
+        g[...] = 0.0
+        v, gg = call()
+        assert v == want[0] and gg is g and np.array_equal(g, want[1])
+    for call in (lambda: m(x), lambda: m(x, None), lambda: m(list(x)), lambda: m(x=tuple(x))):
+        v, gg = call()
+        assert v == want[0] and np.array_equal(gg, want[1])
+    with pytest.raises(TypeError, match="foo"):
+        m(x, out=g, foo=1)
+    with pytest.raises(TypeError):
+        m()
+    with pytest.raises(TypeError):
+        m(x, g, g)
+    with pytest.raises(TypeError):
+        m(x, x=x)
+    assert pickle.loads(pickle.dumps(m))(x)[0] == want[0]
+    # the bound method keeps its CompiledTape alive, as a Python bound method does
+    ref = weakref.ref(ct)
+    del ct
+    gc.collect()
+    assert ref() is not None and m(x, out=g)[0] == want[0]
+    del m
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_subclass_may_override_the_method():
+    class Mine(rt.CompiledTape):
+        def value_and_gradient(self, x, out=None):
+            v, g = super().value_and_gradient(x, out)
+            return 2 * v, g
+
+    wl = workloads.eight_schools()
+    tape = rt.GradientTape(wl.f, wl.x0)
+    ct, mine = rt.compile(tape, native=False), Mine(tape, native=False)
+    assert mine.value_and_gradient(wl.x0, out=np.empty(10))[0] == \
+        2 * ct.value_and_gradient(wl.x0)[0]

@@ -304,28 +304,22 @@ static int mark(State *s)
     return 0;                  /* marker() marked this replay either way */
 }
 
-static PyObject *value_and_grad(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* value_and_grad's work: (value, out), None or a status (module docstring). */
+static PyObject *checked_call(PyObject *state, PyObject *x, PyObject *out)
 {
     State *s;
     rt_program *p;
-    PyObject *x, *out, *made = NULL, *value, *res;
+    PyObject *made = NULL, *value, *res;
     Py_buffer vx, vo;
     double v = 0.0;
     int st;
     const char *xb, *ob;
-    (void)module;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "value_and_grad(state, x, out) takes 3 arguments");
-        return NULL;
-    }
-    if (Py_TYPE(args[0]) != state_type || vg_entry == NULL)
+    if (Py_TYPE(state) != state_type || vg_entry == NULL)
         Py_RETURN_NONE;
-    s = (State *)args[0];
+    s = (State *)state;
     p = (rt_program *)s->prog.buf;
     if (p == NULL)
         Py_RETURN_NONE;
-    x = args[1];
-    out = args[2];
     if ((PyObject *)Py_TYPE(x) != s->ndarray)
         Py_RETURN_NONE;
     if (out == Py_None) {
@@ -396,6 +390,149 @@ error:
     return NULL;
 }
 
+static PyObject *value_and_grad(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "value_and_grad(state, x, out) takes 3 arguments");
+        return NULL;
+    }
+    return checked_call(args[0], args[1], args[2]);
+}
+
+/* ---------------------------------------------------------------- the method
+ * CompiledTape.value_and_gradient as a descriptor (Method): ctape.value_and_
+ * gradient is a builtin method bound to the CompiledTape, so the call
+ * ctape.value_and_gradient(x, out=g) runs no Python frame when it is the
+ * plain case.  Its state is ctape._ck; everything else goes to compiled.py:
+ * `answer(ctape, x, out, r)` for a None or status answer, `full(ctape, *args,
+ * **kwargs)` (the Python method, also what class access returns) for
+ * arguments other than (x, out=None). */
+static PyObject *m_full = NULL, *m_answer = NULL;
+static PyObject *s_ck, *s_x, *s_out;
+
+static int is_name(PyObject *k, PyObject *name)
+{
+    return k == name || PyUnicode_Compare(k, name) == 0;
+}
+
+static PyObject *method_full(PyObject *ct, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    Py_ssize_t i, nkw = kwnames == NULL ? 0 : PyTuple_Size(kwnames);
+    PyObject *tup = PyTuple_New(nargs + 1), *kw = NULL, *res = NULL;
+    if (tup == NULL)
+        return NULL;
+    PyTuple_SetItem(tup, 0, Py_NewRef(ct));
+    for (i = 0; i < nargs; i++)
+        PyTuple_SetItem(tup, i + 1, Py_NewRef(args[i]));
+    if (nkw > 0) {
+        kw = PyDict_New();
+        if (kw == NULL)
+            goto done;
+        for (i = 0; i < nkw; i++)
+            if (PyDict_SetItem(kw, PyTuple_GetItem(kwnames, i), args[nargs + i]) < 0)
+                goto done;
+    }
+    res = PyObject_Call(m_full, tup, kw);
+done:
+    Py_DECREF(tup);
+    Py_XDECREF(kw);
+    return res;
+}
+
+static PyObject *method_call(PyObject *ct, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_Size(kwnames), i;
+    PyObject *x = NULL, *out = Py_None, *state, *r, *res;
+    if (nargs > 2 || nargs + nkw > 2)
+        return method_full(ct, args, nargs, kwnames);
+    if (nargs >= 1)
+        x = args[0];
+    if (nargs == 2)
+        out = args[1];
+    for (i = 0; i < nkw; i++) {
+        PyObject *k = PyTuple_GetItem(kwnames, i);
+        if (nargs < 2 && is_name(k, s_out))
+            out = args[nargs + i];
+        else if (nargs < 1 && is_name(k, s_x))
+            x = args[nargs + i];
+        else
+            return method_full(ct, args, nargs, kwnames);
+    }
+    if (x == NULL)
+        return method_full(ct, args, nargs, kwnames);
+    state = PyObject_GetAttr(ct, s_ck);
+    if (state == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+        state = Py_NewRef(Py_None);
+    }
+    r = checked_call(state, x, out);
+    Py_DECREF(state);
+    if (r == NULL || PyTuple_Check(r))
+        return r;
+    res = PyObject_CallFunctionObjArgs(m_answer, ct, x, out, r, NULL);
+    Py_DECREF(r);
+    return res;
+}
+
+static PyMethodDef method_def = {
+    "value_and_gradient", (PyCFunction)(void (*)(void))method_call,
+    METH_FASTCALL | METH_KEYWORDS,
+    "value_and_gradient($self, x, out=None)\n--\n\n"
+    "(value, gradient) at x; with out= the gradient is written there (no allocation)."
+};
+
+typedef struct {
+    PyObject_HEAD
+} Method;
+
+static PyObject *method_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    (void)self;
+    (void)type;
+    if (obj == NULL || obj == Py_None || m_full == NULL)
+        return Py_NewRef(m_full != NULL ? m_full : Py_None);
+    return PyCFunction_NewEx(&method_def, obj, NULL);
+}
+
+static PyType_Slot method_slots[] = {
+    {Py_tp_descr_get, method_get},
+    {Py_tp_doc, "CompiledTape.value_and_gradient: a builtin method bound to the tape "
+                "(see install)"},
+    {0, NULL}
+};
+
+static PyType_Spec method_spec = {
+    "revtape._checked.Method", sizeof(Method), 0, Py_TPFLAGS_DEFAULT, method_slots
+};
+
+/* install(full, answer) -> the Method descriptor for CompiledTape. */
+static PyObject *install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *tp;
+    (void)module;
+    if (nargs != 2 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "install(full, answer) takes two callables");
+        return NULL;
+    }
+    Py_XDECREF(m_full);
+    Py_XDECREF(m_answer);
+    m_full = Py_NewRef(args[0]);
+    m_answer = Py_NewRef(args[1]);
+    tp = PyType_FromSpec(&method_spec);
+    if (tp == NULL)
+        return NULL;
+    {
+        PyObject *m = PyObject_CallNoArgs(tp);
+        Py_DECREF(tp);
+        return m;
+    }
+}
+
 /* link(path): find rt_value_and_grad in the already loaded library at path
  * (revtape._vm's file).  RTLD_NOLOAD: nothing is loaded that Python's import
  * did not load already.  Returns whether the checked path is on. */
@@ -439,6 +576,8 @@ static PyObject *layout(PyObject *module, PyObject *unused)
 }
 
 static PyMethodDef methods[] = {
+    {"install", (PyCFunction)(void (*)(void))install, METH_FASTCALL,
+     "install(full, answer) -> the descriptor serving CompiledTape.value_and_gradient"},
     {"layout", layout, METH_NOARGS, "layout() -> (sizeof(rt_program), offsets of n_in, "
      "n_grad, out_len, busy, native)"},
     {"value_and_grad", (PyCFunction)(void (*)(void))value_and_grad, METH_FASTCALL,
@@ -475,6 +614,11 @@ static int exec_module(PyObject *m)
     s_fast_marks = PyUnicode_InternFromString("_fast_marks");
     s_replayed_by = PyUnicode_InternFromString("_replayed_by");
     s_dtype = PyUnicode_InternFromString("dtype");
+    s_ck = PyUnicode_InternFromString("_ck");
+    s_x = PyUnicode_InternFromString("x");
+    s_out = PyUnicode_InternFromString("out");
+    if (s_ck == NULL || s_x == NULL || s_out == NULL)
+        return -1;
     if (s_fast_marks == NULL || s_replayed_by == NULL || s_dtype == NULL)
         return -1;
     state_type = (PyTypeObject *)PyType_FromSpec(&state_spec);
