@@ -36,6 +36,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#define RT_VECMATH_INLINE 1   /* vecmath.h: rt_log1p inlined into the loops */
 #include "kernels.h"
 #include "specfun.h"
 
@@ -664,4 +665,41 @@ double rt_kt_SSD(uint32_t fl, int64_t n, const double *t, const double *v, int64
         r += dt != 0.0 ? dt * (2.0 * (v[a + i] - v[b + i])) : 0.0;
     }
     return r;
+}
+
+/* ------------------------------------------------------------------ matrix-vector reverse
+ * MATMUL's dB += A^T G for N == 1 (csrc/instr/matmul.h): dB[k] receives
+ * A[i, k] * G[i] for i = 0, 1, ... in order, added straight in, exactly as
+ * the loop it replaces.  vm.c (-O2, no vector ISA) ran that loop one
+ * element at a time through memory (each dB[k] stored and reloaded per
+ * row); here, for K <= 32, the K running sums stay in a local array the
+ * compiler keeps in registers for the whole pass over A (vectorised across
+ * k), and wider K keeps the one-pass loop (column chunks would read A once
+ * per chunk), vectorised across k by the clones.  Either way every slot
+ * gets the same additions in the same order: the same bits. */
+#define RT_MV_W 32
+RT_KCLONES void rt_k_matvec_t_acc(double *restrict dB, const double *restrict A,
+                                  const double *restrict G, int64_t M, int64_t K)
+{
+    int64_t i, k;
+    if (K <= RT_MV_W) {
+        double acc[RT_MV_W];
+        for (k = 0; k < K; k++)
+            acc[k] = dB[k];
+        for (i = 0; i < M; i++) {
+            const double gi = G[i];
+            const double *ai = A + i * K;
+            for (k = 0; k < K; k++)
+                acc[k] += ai[k] * gi;
+        }
+        for (k = 0; k < K; k++)
+            dB[k] = acc[k];
+        return;
+    }
+    for (i = 0; i < M; i++) {
+        const double gi = G[i];
+        const double *ai = A + i * K;
+        for (k = 0; k < K; k++)
+            dB[k] += ai[k] * gi;
+    }
 }

@@ -94,5 +94,7 @@ double rt_k_pairwise_sum(const double *x, int64_t n);
 
 /* dx[0..n) += g (REDUCE_SUM's reverse, one segment) */
 void rt_k_add_scalar(int64_t n, double *dx, double g);
+/* dB[k] += A[i, k] * G[i], i = 0..M-1 in order (MATMUL's reverse, N == 1) */
+void rt_k_matvec_t_acc(double *dB, const double *A, const double *G, int64_t M, int64_t K);
 
 #endif

@@ -6,6 +6,12 @@
  * the reference replay's matmul rule: a zero adjoint or tangent times an
  * infinite operand does give nan here. */
 
+#if defined(__GNUC__)
+#define RT_MM_PREFETCH(p) __builtin_prefetch(p)   /* a hint: never faults */
+#else
+#define RT_MM_PREFETCH(p) ((void)0)
+#endif
+
 /* a[0..K) . b[0..K) with four accumulators, combined (s0 + s1) + (s2 + s3) */
 static inline double rt_dot4(const double *x, const double *y, int64_t K)
 {
@@ -47,8 +53,13 @@ RT_FWD(MATMUL)
     const int64_t M = ints[c], K = ints[c + 1], N = ints[c + 2];
     int64_t i;
     if (N == 1) {           /* = 0.0 + dot: a dot started at +0.0 is never -0.0 */
-        for (i = 0; i < M; i++)
+        /* A is streamed once (student-t: 8 MB); a prefetch 4 KB ahead made
+         * this loop ~10% faster standalone (memory-bound: 370 -> 330 us at
+         * 1e5 x 10; inside a replay on the loaded machine, within noise) */
+        for (i = 0; i < M; i++) {
+            RT_MM_PREFETCH(v + a + i * K + 512);
             v[o + i] = rt_dot4(v + a + i * K, v + b, K);
+        }
         return;
     }
     for (i = 0; i < n; i++)
@@ -88,13 +99,8 @@ RT_REV(MATMUL)
     }
     if (fl & 2) {
         double *dB = d + b;
-        if (N == 1) {
-            for (i = 0; i < M; i++) {       /* dB += G[i] * A[i, :] */
-                const double gi = G[i];
-                const double *ai = A + i * K;
-                for (k = 0; k < K; k++)
-                    dB[k] += ai[k] * gi;
-            }
+        if (N == 1) {                       /* dB += G[i] * A[i, :], kernels.c */
+            rt_k_matvec_t_acc(dB, A, G, M, K);
         } else {
             for (i = 0; i < M; i++) {       /* dB[k, :] += A[i, k] * G[i, :] */
                 const double *gi = G + i * N;

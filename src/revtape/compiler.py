@@ -92,6 +92,34 @@ _UNARY_CODE = {op: OPC[op.name.upper()] for op in ops.OPS.values()
 _VV_CODE = {op: OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
             if op.family in (ops.BINARY, ops.BINARY_ND)}
 
+# What the C lowering (csrc/tapeflow.h: rt_tape_fuse, rt_tape_emit) knows of
+# an op: per-op tables indexed by the op's position in _OP_LIST, built from
+# the rows' fields as the Python lowering reads them (so nothing here names
+# an op but the fusions' own).  Bits: tapeflow.h's RT_LB_*.
+_OP_LIST = list(ops.OPS.values())
+_ROW_INDEX = {op: i for i, op in enumerate(_OP_LIST)}
+LB_ADD, LB_MUL, LB_SUB, LB_SQUARE, LB_VIEW, LB_MAYBE_VIEW, LB_OWNS, LB_SCALAR = (
+    1 << b for b in range(8))
+LN_FLOAT, LN_ROOT, LN_OWNED = 1, 2, 4
+LR_INNER, LR_PY = 1, 128
+_OP_BITS = np.array([LB_ADD * (op is _ADD) | LB_MUL * (op is _MUL) | LB_SUB * (op is _SUB)
+                     | LB_SQUARE * (op is _SQUARE) | LB_VIEW * (op in _VIEWS)
+                     | LB_MAYBE_VIEW * (op in _MAYBE_VIEWS)
+                     | LB_OWNS * (op.family not in _ALIASING)
+                     | LB_SCALAR * (op.family in _SCALAR_FAMILIES) for op in _OP_LIST], np.uint8)
+_OP_DIFF = np.array([bool(op.diff) for op in _OP_LIST], np.uint8)
+_OP_SCALAR_CODE = np.array([_UNARY_CODE.get(op, _VV_CODE.get(op, -1)) for op in _OP_LIST],
+                           np.int32)
+# the ops the Python search for array fusions (fusions(), _array_fusion,
+# _sum_of_sqdiff) looks at when their result is an array -- a sum always
+_OP_FUSION = np.array([op in _FUSION_OPS for op in _OP_LIST], bool)
+_OP_SUM = np.array([op is _SUM for op in _OP_LIST], bool)
+# Off: the Python lowering alone (tests compare the two programs)
+C_LOWERING = True
+# The largest share of kept instructions the C lowering leaves to Python
+# (each costs a return from C): above it, Python lowers the tape alone
+C_LOWERING_MAX_STOPS = 0.25
+
 
 class _Words:
     """The instruction words as they are emitted, in one flat int32
@@ -113,6 +141,61 @@ class _Words:
     def to_numpy(self):
         return np.frombuffer(self._a, dtype=np.int32).reshape(-1, WORDS) if self._a \
             else np.zeros((0, WORDS), dtype=np.int32)
+
+
+class _KeptOps:
+    """The kept instructions' ops, read off their op-index column (2 bytes an
+    instruction; a list of the ops was 8): indexing and iteration give the
+    ops, as the list did."""
+    __slots__ = ("_idx",)
+
+    def __init__(self, idx):
+        self._idx = array.array("H", idx.astype(np.uint16).tobytes())
+
+    def __len__(self):
+        return len(self._idx)
+
+    def __getitem__(self, k):
+        return _OP_LIST[self._idx[k]]
+
+    def __iter__(self):
+        return map(_OP_LIST.__getitem__, self._idx)
+
+
+class _WordBuf:
+    """_Words for the C lowering: one int32 (capacity, 6) numpy array that
+    rt_tape_emit writes runs of words into; the Python lowering's words
+    between the runs go through a _Words (so a word past 32 bits raises
+    OverflowError as before) and are moved in before the next run."""
+    __slots__ = ("buf", "n", "_py", "append")
+
+    def __init__(self, cap):
+        self.buf = np.zeros((max(cap, 16), WORDS), np.int32)
+        self.n = 0
+        self._py = _Words()
+        self.append = self._py.append
+
+    def flush(self, more=0):
+        """Move the Python lowering's words in; room for `more` after them."""
+        m = len(self._py)
+        need = self.n + m + more
+        if need > len(self.buf):
+            buf = np.zeros((max(need, 2 * len(self.buf)), WORDS), np.int32)
+            buf[:self.n] = self.buf[:self.n]
+            self.buf = buf
+        if m:
+            self.buf[self.n:self.n + m] = self._py.to_numpy()
+            self.n += m
+            del self._py._a[:]
+
+    def __len__(self):
+        return self.n + len(self._py)
+
+    def to_numpy(self):
+        self.flush()
+        # (a view: the capacity past n was never written, and np.zeros'
+        # untouched pages of a large array are not resident)
+        return self.buf[:self.n]
 
 
 _ARGS = itemgetter(2)
@@ -149,9 +232,31 @@ def _columns(instrs):
     return out, nargs, args, diff
 
 
-def _flow_c(instrs, n_nodes, guards_on, dep, adj, live, keep, uses):
+def _columns_idx(instrs):
+    """_columns with each instruction's op index (its row's position in
+    ops.OPS, uint16) in place of diff: the per-op tables (_OP_*) answer every
+    question the lowering asks about an op from it, 2 bytes an instruction
+    where a list of the ops costs 8.  None if an op is not a row of the
+    table (then the lowering is the Python one)."""
+    n = len(instrs)
+    if isinstance(instrs, Columns):
+        out, nargs, args, op_list = instrs.columns()
+    else:
+        out = np.fromiter(map(_OUTS, instrs), np.int64, n)
+        nargs = np.fromiter(map(len, map(_ARGS, instrs)), np.int32, n)
+        args = np.fromiter(itertools.chain.from_iterable(map(_ARGS, instrs)), np.int64,
+                           int(nargs.sum()))
+        op_list = map(_OPS, instrs)
+    # (by identity: an Op that is not one of the table's rows gets -1)
+    opidx = np.fromiter(map(_ROW_INDEX.get, op_list, itertools.repeat(-1)), np.int64, n)
+    if n and opidx.min() < 0:
+        return None
+    return out, nargs, args, opidx.astype(np.uint16)
+
+
+def _flow_c(instrs, n_nodes, guards_on, dep, adj, live, keep, uses, cols=None):
     ffi, lib = _lib()
-    out, nargs, args, diff = _columns(instrs)
+    out, nargs, args, diff = _columns(instrs) if cols is None else cols
     # the C pass indexes the flag arrays by node id: ids out of range would
     # write past them, so they are refused here (a tape never records one)
     if (args.size and (args.min() < 0 or args.max() >= n_nodes)) or (
@@ -162,6 +267,9 @@ def _flow_c(instrs, n_nodes, guards_on, dep, adj, live, keep, uses):
                      buf("int64_t[]", args), buf("uint8_t[]", diff), int(bool(guards_on)),
                      buf("uint8_t[]", dep), buf("uint8_t[]", adj), buf("uint8_t[]", live),
                      buf("uint8_t[]", keep), buf("int32_t[]", uses))
+
+
+_FLOW_C = _flow_c     # (a test that swaps the pass for _flow_py gets the Python lowering too)
 
 
 def _flow_py(instrs, n_nodes, guards_on, dep, adj, live, keep, uses):
@@ -243,8 +351,17 @@ class _Lowering:
             live[r] = 1
         keep = bytearray(len(instrs))
         uses = array.array("i", bytes(4 * n_nodes))
-        flow = _flow_c if _lib() is not None else _flow_py
-        flow(instrs, n_nodes, self.guards_on, dep, adj, live, keep, uses)
+        # the columns with op indices, read once for the data-flow pass and
+        # the C lowering (None: the Python lowering, see _c_lowering)
+        self._cols = (_columns_idx(instrs) if C_LOWERING and _lib() is not None
+                      and _flow_c is _FLOW_C else None)
+        if self._cols is not None:
+            out, nargs, args, opidx = self._cols
+            _flow_c(instrs, n_nodes, self.guards_on, dep, adj, live, keep, uses,
+                    cols=(out, nargs, args, _OP_DIFF[opidx]))
+        else:
+            flow = _flow_c if _lib() is not None else _flow_py
+            flow(instrs, n_nodes, self.guards_on, dep, adj, live, keep, uses)
         self.roots = roots
         # the kept instructions: a list of the tape's own tuples, or a lazy
         # view of a compact tape's columns (no tuple list of a million)
@@ -347,7 +464,10 @@ class _Lowering:
         return self.gather(self.offset[node], _size(s), idx, self.adj[node])
 
     def _kept_ops(self):
-        """The kept instructions' ops, as a list (8 bytes an instruction)."""
+        """The kept instructions' ops, from the op-index column (_KeptOps), or
+        as a list (8 bytes an instruction)."""
+        if getattr(self, "_kops", None) is None and getattr(self, "_cols", None) is not None:
+            self._kops = _KeptOps(self._cols[3][np.frombuffer(self._keep, np.uint8).astype(bool)])
         if getattr(self, "_kops", None) is None:
             instrs = self.tape.instructions
             self._kops = (list(itertools.compress(instrs.ops, self._keep))
@@ -401,7 +521,7 @@ class _Lowering:
         """node -> how many operands of kept instructions (guards included) it is"""
         return self._use_counts
 
-    def fusions(self):
+    def fusions(self, only=None):
         """Scalar pairs to emit as one superinstruction: {inner index: outer
         index} for the instructions absorbed, and {outer index: (kind, inner
         index, inner result)} for where the fused instruction goes.  Fused:
@@ -409,7 +529,9 @@ class _Lowering:
         used once, and no instruction between the two may read the inner
         operands (nor another view of them: x[0] read twice is two nodes over
         one slot), so the fused reverse accumulates every adjoint in the same
-        order as the pair would (bit-for-bit the same gradients)."""
+        order as the pair would (bit-for-bit the same gradients).
+        `only`: a mask over the kept instructions to visit instead of every
+        fusion op (lower_c: the array ones; C finds the scalar pairs)."""
         kept, vals = self.kept, self.vals
         uses, base = self._uses(), {}
         # the ops alone (a list of references) answer most questions without
@@ -442,7 +564,7 @@ class _Lowering:
 
         # only these ops start or end a fusion: the loop skips the others
         # (a sin, an exp) before their tuple is looked at
-        relevant = (self._kept_kinds() & _K_FUSION).astype(bool)
+        relevant = (self._kept_kinds() & _K_FUSION).astype(bool) if only is None else only
         prune_at = 0
         for k, out, args in self._kept_rows(relevant):
             op = kops[k]
@@ -660,7 +782,10 @@ class _Lowering:
     def lower(self):
         """Emit the kept instructions in order: the fused groups fusions() and
         sum_chains() formed, scalar code inline (most of a scalar program, so
-        no call per instruction), everything else by its row (_lower_array)."""
+        no call per instruction), everything else by its row (_lower_array).
+        With the C extension, the scalar part runs in C (lower_c)."""
+        if self._c_lowering() and self.lower_c():
+            return
         vals, offset, adj, words = self.vals, self.offset, self.adj, self.words
         fused_mul, fused_add = self.fusions()
         links, chains = self.sum_chains(fused_mul, fused_add)
@@ -695,6 +820,127 @@ class _Lowering:
                 self._lower_guard(args, params)
             else:
                 self._lower_array(op, out, args, params)
+
+    def _c_lowering(self):
+        """Whether lower_c applies: the extension is there, analyse read the
+        op-index columns, the searches are the class's own (tests that turn a
+        fusion off patch them), and node ids fit the C side's int32 links."""
+        return (getattr(self, "_cols", None) is not None
+                and type(self).fusions is _SEARCHES[0] and type(self).sum_chains is _SEARCHES[1]
+                and len(self.vals) < 2**31 - 1 and len(self.kept) < 2**31 - 1)
+
+    def lower_c(self):
+        """lower() with its scalar part in C (csrc/tapeflow.c): rt_tape_fuse
+        finds the scalar AXPY/SQDIFF pairs and sum chains as fusions() and
+        sum_chains() do, rt_tape_emit writes the words of scalar instructions,
+        fused groups and views in runs, stopping at each instruction this
+        lowering emits (arrays, structure, linear algebra, guards, and the
+        array fusions, which fusions() still finds, over array results only).
+        The words are the ones lower() writes (tests/test_lowering_c.py).
+        False (and nothing done) for a tape mostly of what Python emits."""
+        ffi, lib = _lib()
+        buf = ffi.from_buffer
+        out, nargs, args, opidx = self._cols
+        vals, keep = self.vals, self._keep
+        n_nodes, n_kept = len(vals), len(self.kept)
+        keep_b = np.frombuffer(keep, np.uint8).astype(bool)
+        kidx = opidx[keep_b]
+        # Each instruction the Python lowering emits costs a return from C
+        # (a few us): a tape made mostly of those (a short array program) is
+        # lowered by Python alone -- the same words either way.  In C: views,
+        # and elementwise rows on floats (first by the rows alone).
+        kbits = _OP_BITS[kidx]
+        in_c = (kbits & (LB_VIEW | LB_SCALAR)).astype(bool)
+        if n_kept - int(np.count_nonzero(in_c)) > C_LOWERING_MAX_STOPS * n_kept:
+            self._cols = None            # (and the searches read the ops as a list)
+            return False
+        # per node: a Python float (a scalar), a root
+        nflags = np.fromiter(map(operator.is_, map(type, vals), itertools.repeat(float)),
+                             np.uint8, n_nodes)
+        for r in self.roots:
+            nflags[r] |= LN_ROOT
+        kout = out[keep_b]
+        in_c &= (kbits & LB_VIEW).astype(bool) | (nflags[kout] & LN_FLOAT).astype(bool)
+        if n_kept - int(np.count_nonzero(in_c)) > C_LOWERING_MAX_STOPS * n_kept:
+            self._cols = None            # (and the searches read the ops as a list)
+            return False
+        del in_c, kbits
+        role = np.zeros(n_kept, np.uint8)
+        link = np.zeros(n_kept, np.int32)
+        aux = np.zeros(n_kept, np.int32)
+        # the array fusions, in Python: fusions() over the fusion ops whose
+        # result is an array, and sums (scalar pairs never involve an array:
+        # a value is a float or an array of at least one dimension)
+        cand = _OP_FUSION[kidx] & (((nflags[kout] & LN_FLOAT) == 0) | _OP_SUM[kidx])
+        cand[kout < 0] = False
+        del kout
+        fused_mul, fused_add = self.fusions(cand) if cand.any() else ({}, {})
+        del cand
+        if fused_mul:
+            role[np.fromiter(fused_mul, np.int64, len(fused_mul))] |= LR_INNER
+        for k in itertools.chain(fused_add, self.ssd_sum):
+            role[k] |= LR_PY
+        # views are offsets: their first element, where rt_tape_emit reads it
+        kept = self.kept
+        for k in np.flatnonzero(_OP_BITS[kidx] & LB_VIEW).tolist():
+            op, _, _, params = kept[k]
+            link[k] = op.view(params)[0]
+        self._kops = self._kinds = self._cols = None
+        del kidx
+        adj = np.frombuffer(self.adj, np.uint8)
+        uses = np.frombuffer(self._use_counts, np.int32)
+        keep_c = buf("uint8_t[]", keep)
+        cols = (buf("int64_t[]", out), buf("int32_t[]", nargs), buf("int64_t[]", args))
+        opidx_c = buf("uint16_t[]", opidx)
+        bits_c = buf("uint8_t[]", _OP_BITS)
+        adj_c, nflags_c = buf("uint8_t[]", adj), buf("uint8_t[]", nflags)
+        role_c, link_c, aux_c = (buf("uint8_t[]", role), buf("int32_t[]", link),
+                                 buf("int32_t[]", aux))
+        n_instr = len(out)
+        terms = lib.rt_tape_fuse(n_instr, cols[0], cols[1], cols[2], keep_c, opidx_c, bits_c,
+                                 n_nodes, adj_c, buf("int32_t[]", uses), nflags_c,
+                                 role_c, link_c, aux_c)
+        if terms < 0:
+            raise MemoryError("compiling the tape: out of memory")
+        # emission: C in runs, this lowering at each stop
+        self.words = words = _WordBuf(n_kept)
+        ints = np.zeros(max(terms, 1), np.int32)
+        ints_c = buf("int32_t[]", ints)
+        state = np.zeros(7, np.int64)
+        state_c = buf("int64_t[]", state)
+        offset_c = buf("int32_t[]", self.offset)
+        diff_c, code_c = buf("uint8_t[]", _OP_DIFF), buf("int32_t[]", _OP_SCALAR_CODE)
+        op_axpy, op_sqdiff, op_csum = OPC["AXPY"], OPC["SQDIFF"], OPC["CSUM"]
+        ssd_sum = self.ssd_sum
+        head = (state_c, n_instr, cols[0], cols[1], cols[2], keep_c, opidx_c, bits_c, diff_c,
+                code_c, adj_c, nflags_c, role_c, link_c, aux_c, offset_c)
+        tail = (ints_c, op_axpy, op_sqdiff, op_csum, FLAGS_SHIFT)
+        words_c, words_buf = None, None
+        while True:
+            state[3], state[6] = self.next_free, len(self.ints)
+            words.flush(n_kept - int(state[2]))
+            if words.buf is not words_buf:
+                words_buf, words_c = words.buf, buf("int32_t[]", words.buf)
+            status = lib.rt_tape_emit(*head, words_c + WORDS * words.n, *tail)
+            i, _, k, self.next_free, nw, ni, _ = state.tolist()
+            words.n += nw
+            if ni:
+                self.ints.extend(ints[:ni].tolist())
+            if status < 0:
+                raise OverflowError("an arena offset past int32")
+            if status == 0:
+                break
+            op, o, a, params = kept[k]
+            if k in ssd_sum:
+                self._lower_ssd(o, fused_add[ssd_sum[k]][1])
+            elif k in fused_add:
+                self._lower_pair(k, o, a, fused_add[k])
+            elif op is _GUARD:
+                self._lower_guard(a, params)
+            else:
+                self._lower_array(op, o, a, params)
+            state[0], state[1], state[2] = i + 1, state[1] + nargs[i], k + 1
+        return True
 
     # ------------------------------------------------ fused groups
     def _lower_ssd(self, out, sub):
@@ -887,6 +1133,9 @@ class _Lowering:
                    "program_instructions": len(self.words),
                    "callback_instructions": len(self.callbacks)},
             callbacks=list(self.callbacks))
+
+
+_SEARCHES = (_Lowering.fusions, _Lowering.sum_chains)   # (see _c_lowering)
 
 
 # How each row lowers (_Lowering._lower_array): by family, and a structure row

@@ -275,7 +275,7 @@ _unary("neg", np.negative, "-x", lambda f, x: -1.0, "-1.0", sfwd=operator.neg)
 _unary("copy", lambda x: np.array(x, dtype=np.float64), "x", lambda f, x: 1.0, "1.0", sfwd=float)
 _unary("exp", np.exp, "exp(x)", lambda f, x: f, "f", sfwd=math.exp)
 _unary("log", np.log, "log(x)", lambda f, x: P.reciprocal(x), "1.0 / x", sfwd=math.log)
-_unary("log1p", np.log1p, "log1p(x)", lambda f, x: P.reciprocal(P.add(x, 1.0)), "1.0 / (1.0 + x)",
+_unary("log1p", np.log1p, "rt_log1p(x)", lambda f, x: P.reciprocal(P.add(x, 1.0)), "1.0 / (1.0 + x)",
        sfwd=math.log1p)
 _unary("expm1", np.expm1, "expm1(x)", lambda f, x: P.add(f, 1.0), "f + 1.0", sfwd=math.expm1)
 _unary("sqrt", np.sqrt, "sqrt(x)", lambda f, x: P.div(0.5, f), "0.5 / f",
