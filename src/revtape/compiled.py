@@ -60,10 +60,45 @@ _vg = lib.rt_value_and_grad
 from functools import partial as _partial
 
 
-# value_and_gradient's last (x, out, the bound C call or None until the pair
-# repeats, its value cell, C strides, shape to compare or None, x pointer,
-# out pointer); replaced whole, like the pointer caches.
-_NO_HIT = (object(), object(), None, None, None, None, None, None)
+
+def _link_checked():
+    """revtape._checked (csrc/pyext/checked.c): value_and_gradient's checks in
+    C, linked to this process's rt_value_and_grad; its value_and_grad, or a
+    stand-in that accepts nothing when the module is missing (a build without
+    it, a platform without dlopen) or was built from another rt_program."""
+    try:
+        from . import _checked, _vm
+    except ImportError:                                   # pragma: no cover
+        return None, lambda state, x, out: None
+    layout = (ffi.sizeof("rt_program"),) + tuple(
+        ffi.offsetof("rt_program", f) for f in ("n_in", "n_grad", "out_len", "busy", "native"))
+    if _checked.layout() != layout or not _checked.link(_vm.__file__):   # pragma: no cover
+        return None, lambda state, x, out: None
+    return _checked, _checked.value_and_grad
+
+
+_checked, _checked_vg = _link_checked()
+
+
+def _checked_marks(tape, arena, state):
+    """checked.c's mark() when the tape has _fast_marks (a one-call bind
+    exists): mark this replay, keep the arena's id named while the State
+    lives, and give C the cell and the id to write from now on."""
+    marks = tape._fast_marks
+    marks.mark(arena)
+    marks.bound(arena, state)
+    return ffi.buffer(marks.cell), marks.id_of(arena)
+
+
+def _hot_of(ref):
+    """checked.c's on_hot: the native build of the CompiledTape behind a weak
+    reference (the State, which the tape holds, must not hold the tape)."""
+    def on_hot():
+        ct = ref()
+        if ct is not None:
+            from . import native as _native
+            _native.hot(ct)
+    return on_hot
 
 
 _ffi_new = ffi.new
@@ -191,7 +226,6 @@ class CompiledTape:
         self._keep = keep
         self._batch_lock = threading.Lock()
         self._last_x = self._last_out = (None,)
-        self._hit = _NO_HIT
         self._in_shapes = [shape for _, shape, _ in prog.inputs]
         self._in_float = [isf for _, _, isf in prog.inputs]
         self._single = len(prog.inputs) == 1
@@ -205,10 +239,12 @@ class CompiledTape:
         # caches compare against (strides can be changed in place)
         self._c_strides = (np.empty(self._fast_shape or 0, dtype=np.float64).strides
                            if self._fast_shape is not None else None)
-        # With C strides fixed, a shape of at most one axis cannot change in
-        # place (the size cannot), so the hit path compares shapes only above.
-        self._hit_shape = (self._fast_shape if self._fast_shape is not None
-                           and len(self._fast_shape) > 1 else None)
+        # value_and_gradient's checks and replay in one C call (revtape._checked)
+        self._ck = None
+        if _checked is not None and self._fast_shape is not None and len(self._fast_shape) <= 8:
+            self._ck = _checked.State(ffi.buffer(p), self._arena, self._tape, _ND, _F64, _empty,
+                                      tuple(self._fast_shape), _checked_marks,
+                                      _hot_of(weakref.ref(self)))
 
     # the value and gradient are the program's output and input adjoints (a
     # HessianTape's program computes a gradient: its value sits elsewhere)
@@ -477,33 +513,31 @@ class CompiledTape:
 
     def value_and_gradient(self, x, out=None):
         """(value, gradient) at x; with out= the gradient is written there (no allocation)."""
-        # The hottest path: the same x and out as the previous fast call (a
-        # sampler or optimiser writing into its own buffers).  Only what can
-        # change in place on those two arrays is looked at again: dtype,
-        # strides (a shape change shows in them; the size cannot change), the
-        # shape above one axis, and out's writeable flag.
-        # The C call is bound once per (x, out) pair (a partial, as bind()
-        # does): the arguments are not rebuilt on every call.
-        if out is not None:
-            hit = self._hit
-            if (out is hit[1] and x is hit[0] and x.dtype is _F64 and out.dtype is _F64
-                    and x.strides == hit[4] and out.strides == hit[4] and out.flags.writeable
-                    and (hit[5] is None or (x.shape == hit[5] and out.shape == hit[5]))):
-                call = hit[2]
-                if call is None:            # the pair's first repeat: bind the call
-                    call = _partial(self._vgf, self._p, hit[6], hit[3], hit[7])
-                    self._hit = hit[:2] + (call,) + hit[3:]
-                st = call()
-                if st:
-                    self._status(st, hit[6])
-                tape = self._tape
-                if tape is not None:
-                    tape._replayed_by = self._arena
-                return hit[3][0], out
-        # The hot path: one float64 array in, out= of the same shape.  Every
-        # check is an identity or tuple comparison, and the C pointers of the
-        # last x and the last out are reused while the caller passes the same
-        # arrays (the pointer caches below).
+        # The plain case -- x a float64 array of the recorded shape, C order,
+        # aligned; out the same (writeable, apart from x) or None -- is checked
+        # and replayed in one C call (csrc/pyext/checked.c), which reads both
+        # buffers afresh every time.  It answers None for anything else: the
+        # Python paths below convert, copy or raise.
+        # (With revtape._checked, ctape.value_and_gradient is its builtin
+        # method doing this same call without a Python frame: see the end of
+        # this class.)
+        return self._value_and_gradient_answer(x, out, _checked_vg(self._ck, x, out))
+
+    def _value_and_gradient_answer(self, x, out, r):
+        """value_and_gradient after revtape._checked answered r: r itself for a
+        replay done, the error of a failed replay's status, or the Python path."""
+        if r.__class__ is tuple:
+            return r
+        if r is not None:                    # the VM's status of a failed replay
+            self._status(r, self._x_ptr(x))
+        return self._value_and_gradient_py(x, out)
+
+    def _value_and_gradient_py(self, x, out):
+        # Without revtape._checked (and for an out overlapping x): one float64
+        # array in, out= of the same shape.  Every check is an identity or
+        # tuple comparison, and the C pointers of the last x and the last out
+        # are reused while the caller passes the same arrays (the pointer
+        # caches below).
         shape = self._fast_shape
         if shape is not None and type(x) is _ND and x.dtype is _F64 and x.shape == shape:
             # a cached pointer is reused only while its array keeps C strides;
@@ -526,11 +560,6 @@ class CompiledTape:
             last_x = self._last_x
             if last_x[0] is x and x.strides == cs:
                 xp = last_x[1]
-                if out is not None and dest is not None:
-                    # x came again (and both pointers are checked above): the
-                    # next call with these two arrays takes the hit path.  A
-                    # caller passing a new x each time never pays for this.
-                    self._hit = (x, out, None, dest[2], cs, self._hit_shape, xp, dest[1])
             else:
                 xp = self._pointer_to_x(x)
             if xp is not None and dest is not None:
@@ -1167,6 +1196,14 @@ class CompiledTape:
         return (_rebuild, (self._program.to_state(), self._tape, self._guards,
                            self._n_grad_inputs)
                 + ((self._native,) if self._native != "auto" else ()))
+
+
+if _checked is not None:
+    # ctape.value_and_gradient becomes a builtin method bound to ctape
+    # (checked.c's Method): the plain call runs no Python frame (~0.1 us of a
+    # 0.5 us replay).  Class access still gives the Python function above.
+    CompiledTape.value_and_gradient = _checked.install(
+        CompiledTape.__dict__["value_and_gradient"], CompiledTape._value_and_gradient_answer)
 
 
 class _OneCall(_partial):
