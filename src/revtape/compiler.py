@@ -216,18 +216,24 @@ def _lib():
     return _LIB[0]
 
 
+def _raw_columns(instrs):
+    """out, nargs, args (flat) and the ops (an iterable) of the tape's
+    instructions: the compact store's own arrays, or read off a list."""
+    if isinstance(instrs, Columns):
+        return instrs.columns()
+    n = len(instrs)
+    out = np.fromiter(map(_OUTS, instrs), np.int64, n)
+    nargs = np.fromiter(map(len, map(_ARGS, instrs)), np.int32, n)
+    args = np.fromiter(itertools.chain.from_iterable(map(_ARGS, instrs)), np.int64,
+                       int(nargs.sum()))
+    return out, nargs, args, map(_OPS, instrs)
+
+
 def _columns(instrs):
     """The tape's instructions as columns: out, nargs, args (flat), diff --
     the compact store's own arrays (instrstore.Columns), or read off a list."""
     n = len(instrs)
-    if isinstance(instrs, Columns):
-        out, nargs, args, op_list = instrs.columns()
-    else:
-        out = np.fromiter(map(_OUTS, instrs), np.int64, n)
-        nargs = np.fromiter(map(len, map(_ARGS, instrs)), np.int32, n)
-        args = np.fromiter(itertools.chain.from_iterable(map(_ARGS, instrs)), np.int64,
-                           int(nargs.sum()))
-        op_list = map(_OPS, instrs)
+    out, nargs, args, op_list = _raw_columns(instrs)
     diff = np.fromiter(map(_DIFF, op_list), np.uint8, n)
     return out, nargs, args, diff
 
@@ -239,14 +245,7 @@ def _columns_idx(instrs):
     where a list of the ops costs 8.  None if an op is not a row of the
     table (then the lowering is the Python one)."""
     n = len(instrs)
-    if isinstance(instrs, Columns):
-        out, nargs, args, op_list = instrs.columns()
-    else:
-        out = np.fromiter(map(_OUTS, instrs), np.int64, n)
-        nargs = np.fromiter(map(len, map(_ARGS, instrs)), np.int32, n)
-        args = np.fromiter(itertools.chain.from_iterable(map(_ARGS, instrs)), np.int64,
-                           int(nargs.sum()))
-        op_list = map(_OPS, instrs)
+    out, nargs, args, op_list = _raw_columns(instrs)
     # (by identity: an Op that is not one of the table's rows gets -1)
     opidx = np.fromiter(map(_ROW_INDEX.get, op_list, itertools.repeat(-1)), np.int64, n)
     if n and opidx.min() < 0:
