@@ -105,7 +105,7 @@ def _both(tape, monkeypatch, **kw):
     return with_c, py
 
 
-def _check(tape, monkeypatch):
+def assert_lowers_the_same(tape, monkeypatch):
     for kw in ({}, {"guards": False}, {"n_grad": 0}, {"n_grad": 1}):
         if kw.get("n_grad") == 1 and len(tape.input_ids) < 2:
             continue
@@ -116,7 +116,7 @@ def _check(tape, monkeypatch):
 @pytest.mark.parametrize("seed", range(60))
 def test_random_tapes_lower_the_same_in_c(seed, monkeypatch):
     f, x = random_function(seed)
-    _check(_record(f, x), monkeypatch)
+    assert_lowers_the_same(_record(f, x), monkeypatch)
 
 
 @pytest.mark.parametrize("seed", range(0, 60, 3))
@@ -126,12 +126,12 @@ def test_random_tapes_in_columns_lower_the_same_in_c(seed, monkeypatch):
     monkeypatch.setattr(tape_mod, "COMPACT_CHUNK", 7)
     tape = _record(f, x)
     assert type(tape.instructions).__name__ == "Columns"
-    _check(tape, monkeypatch)
+    assert_lowers_the_same(tape, monkeypatch)
 
 
 @pytest.mark.parametrize("name,f,x", RECIPES, ids=[r[0] for r in RECIPES])
 def test_recipes_lower_the_same_in_c(name, f, x, monkeypatch):
-    _check(_record(f, x), monkeypatch)
+    assert_lowers_the_same(_record(f, x), monkeypatch)
 
 
 def test_array_programs_are_lowered_by_python_alone():
