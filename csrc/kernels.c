@@ -74,10 +74,110 @@
         else for (i = 0; i < (n); i++) { RT_KLOOP_; (dd)[i] += (T); }          \
     } while (0)
 
+/* ------------------------------------------------------------------ splitting
+ * An instruction of rt_par_wants(n) elements runs its loop in pieces over
+ * the pool's threads (par.h): each piece is the same kernel over a range
+ * of elements, the operands that are arrays moved to the range's start,
+ * so every element is computed exactly as in the one loop.  Sums into one
+ * slot are not split this way: see rt_krs_chunks below. */
+#ifdef RT_WITH_POOL
+#include "par.h"
+#define RT_KPAR(n) RT_PAR_WANTS(n)
+#else
+#define RT_KPAR(n) 0
+/* never called (RT_KPAR is 0): the pieces' code stays referenced */
+typedef void (*rt_par_fn)(void *ctx, int who, int64_t lo, int64_t hi, int64_t k);
+static void rt_par_run(int64_t n, int64_t piece, int maxt, rt_par_fn fn, void *ctx)
+{
+    int64_t k;
+    (void)maxt;
+    for (k = 0; k * piece < n; k++)
+        fn(ctx, 0, k * piece, k * piece + piece < n ? k * piece + piece : n, k);
+}
+#endif
+
+/* Elements per piece: 16 KB of each array, a few dozen pieces for the
+ * sizes that get split, so a late thread still finds work. */
+#define RT_KPIECE 2048
+#define RT_KMAXT 64          /* the kernels keep no per-thread state */
+
+typedef void (*rt_kp2)(int64_t, double *restrict, const double *restrict);
+typedef void (*rt_kp3)(int64_t, double *restrict, const double *restrict,
+                       const double *restrict);
+typedef void (*rt_kp5s)(int64_t, double *restrict, const double *restrict,
+                        const double *restrict, const double *restrict, int);
+typedef void (*rt_kp6s)(int64_t, double *restrict, const double *restrict,
+                        const double *restrict, const double *restrict,
+                        const double *restrict, int);
+typedef void (*rt_kp7)(int64_t, double *restrict, double *restrict, const double *restrict,
+                       const double *restrict, const double *restrict,
+                       const double *restrict);
+
+/* A kernel call over n elements: its pointers p[0..np) (bit i of `move`:
+ * p[i] is an array, moved by the piece's start) and its kind. */
+typedef struct {
+    int kind, np, set;
+    unsigned move;
+    void (*f)(void);
+    double *p[6];
+} rt_kcall;
+
+enum { RT_KC2 = 2, RT_KC3 = 3, RT_KC5S = 5, RT_KC6S = 6, RT_KC7 = 7 };
+
+static void rt_kcall_piece(void *ctx, int who, int64_t lo, int64_t hi, int64_t k)
+{
+    (void)who;
+    const rt_kcall *c = ctx;
+    double *q[6];
+    int i;
+    (void)k;
+    for (i = 0; i < c->np; i++)
+        q[i] = c->p[i] + (((c->move >> i) & 1) ? lo : 0);
+    switch (c->kind) {
+    case RT_KC2: ((rt_kp2)c->f)(hi - lo, q[0], q[1]); break;
+    case RT_KC3: ((rt_kp3)c->f)(hi - lo, q[0], q[1], q[2]); break;
+    case RT_KC5S: ((rt_kp5s)c->f)(hi - lo, q[0], q[1], q[2], q[3], c->set); break;
+    case RT_KC6S: ((rt_kp6s)c->f)(hi - lo, q[0], q[1], q[2], q[3], q[4], c->set); break;
+    case RT_KC7: ((rt_kp7)c->f)(hi - lo, q[0], q[1], q[2], q[3], q[4], q[5]); break;
+    }
+}
+
+/* Runs c over n elements in pieces (the caller checked RT_KPAR(n)). */
+static void rt_kcall_split(rt_kcall *c, int64_t n)
+{
+    rt_par_run(n, RT_KPIECE, RT_KMAXT, rt_kcall_piece, c);
+}
+
+#define RT_KC_(K, F, MOVE, SET, NP) rt_kcall kc_ = { (K), (NP), (SET), (MOVE), (void (*)(void))(F), {0} }
+#define RT_KSPLIT2(F, n, MOVE, P0, P1)                                        \
+    do { RT_KC_(RT_KC2, F, MOVE, 0, 2);                                       \
+         kc_.p[0] = (double *)(P0); kc_.p[1] = (double *)(P1);                 \
+         rt_kcall_split(&kc_, n); } while (0)
+#define RT_KSPLIT3(F, n, MOVE, P0, P1, P2)                                    \
+    do { RT_KC_(RT_KC3, F, MOVE, 0, 3);                                       \
+         kc_.p[0] = (double *)(P0); kc_.p[1] = (double *)(P1); kc_.p[2] = (double *)(P2); \
+         rt_kcall_split(&kc_, n); } while (0)
+#define RT_KSPLIT5S(F, n, MOVE, SET, P0, P1, P2, P3)                          \
+    do { RT_KC_(RT_KC5S, F, MOVE, SET, 4);                                    \
+         kc_.p[0] = (double *)(P0); kc_.p[1] = (double *)(P1);                 \
+         kc_.p[2] = (double *)(P2); kc_.p[3] = (double *)(P3);                 \
+         rt_kcall_split(&kc_, n); } while (0)
+#define RT_KSPLIT6S(F, n, MOVE, SET, P0, P1, P2, P3, P4)                      \
+    do { RT_KC_(RT_KC6S, F, MOVE, SET, 5);                                    \
+         kc_.p[0] = (double *)(P0); kc_.p[1] = (double *)(P1);                 \
+         kc_.p[2] = (double *)(P2); kc_.p[3] = (double *)(P3);                 \
+         kc_.p[4] = (double *)(P4); rt_kcall_split(&kc_, n); } while (0)
+#define RT_KSPLIT7(F, n, MOVE, P0, P1, P2, P3, P4, P5)                        \
+    do { RT_KC_(RT_KC7, F, MOVE, 0, 6);                                       \
+         kc_.p[0] = (double *)(P0); kc_.p[1] = (double *)(P1);                 \
+         kc_.p[2] = (double *)(P2); kc_.p[3] = (double *)(P3);                 \
+         kc_.p[4] = (double *)(P4); kc_.p[5] = (double *)(P5);                 \
+         rt_kcall_split(&kc_, n); } while (0)
+
 /* ------------------------------------------------------------------ unary */
 
 #define KF_UNARY_(NAME, FX)                                                   \
-    RT_KCLONES static void rt_kfp_##NAME(int64_t n, double *restrict out,                \
+    RT_KCLONES static void rt_kfp_##NAME##_k(int64_t n, double *restrict out,            \
                               const double *restrict xa)                      \
     {                                                                         \
         int64_t i;                                                            \
@@ -86,18 +186,29 @@
             out[i] = FX;                                                      \
         }                                                                     \
     }                                                                         \
+    static void rt_kfp_##NAME(int64_t n, double *out, const double *xa)       \
+    {                                                                         \
+        if (RT_KPAR(n)) RT_KSPLIT2(rt_kfp_##NAME##_k, n, 3u, out, xa);        \
+        else rt_kfp_##NAME##_k(n, out, xa);                                   \
+    }                                                                         \
     void rt_kf_##NAME(int64_t n, double *v, int64_t o, int64_t a)             \
     {                                                                         \
         rt_kfp_##NAME(n, v + o, v + a);                                       \
     }
 
 #define KR_UNARY_(NAME, DX)                                                   \
-    RT_KCLONES static void rt_krp_##NAME(int64_t n, double *restrict da,                 \
+    RT_KCLONES static void rt_krp_##NAME##_k(int64_t n, double *restrict da,             \
                               const double *restrict go,                      \
                               const double *restrict xa,                      \
                               const double *restrict fo, int set)             \
     {                                                                         \
         RT_KACC(set, n, da, RT_AZ(g, DX));                                    \
+    }                                                                         \
+    static void rt_krp_##NAME(int64_t n, double *da, const double *go,        \
+                              const double *xa, const double *fo, int set)    \
+    {                                                                         \
+        if (RT_KPAR(n)) RT_KSPLIT5S(rt_krp_##NAME##_k, n, 15u, set, da, go, xa, fo); \
+        else rt_krp_##NAME##_k(n, da, go, xa, fo, set);                       \
     }                                                                         \
     void rt_kr_##NAME(uint32_t fl, int64_t n, double *d, const double *v,     \
                       int64_t o, int64_t a)                                   \
@@ -118,8 +229,8 @@ RT_UNARY_ND(K_UNARY_ND)
 
 /* X, Y: the operands' i-th element (xa[0] / yb[0] for a scalar operand:
  * nothing in the loop writes it, so it is loaded once). */
-#define KF_BINARY_(NAME, V, X, Y, FXY)                                        \
-    RT_KCLONES static void rt_kfp_##NAME##_##V(int64_t n, double *restrict out,          \
+#define KF_BINARY_(NAME, V, X, Y, FXY, MOVE)                                  \
+    RT_KCLONES static void rt_kfp_##NAME##_##V##_k(int64_t n, double *restrict out,      \
                                     const double *restrict xa,                \
                                     const double *restrict yb)                \
     {                                                                         \
@@ -129,14 +240,20 @@ RT_UNARY_ND(K_UNARY_ND)
             out[i] = FXY;                                                     \
         }                                                                     \
     }                                                                         \
+    static void rt_kfp_##NAME##_##V(int64_t n, double *out, const double *xa, \
+                                    const double *yb)                         \
+    {                                                                         \
+        if (RT_KPAR(n)) RT_KSPLIT3(rt_kfp_##NAME##_##V##_k, n, MOVE, out, xa, yb); \
+        else rt_kfp_##NAME##_##V##_k(n, out, xa, yb);                         \
+    }                                                                         \
     void rt_kf_##NAME##_##V(int64_t n, double *v, int64_t o, int64_t a, int64_t b) \
     {                                                                         \
         rt_kfp_##NAME##_##V(n, v + o, v + a, v + b);                          \
     }
 
 /* One pass adding g * D into dd[i]; X and Y as above. */
-#define KR_PASS_(FN, X, Y, D)                                                 \
-    RT_KCLONES static void FN(int64_t n, double *restrict dd, const double *restrict go, \
+#define KR_PASS_(FN, X, Y, D, MOVE)                                           \
+    RT_KCLONES static void FN##_k(int64_t n, double *restrict dd, const double *restrict go, \
                    const double *restrict xa, const double *restrict yb,      \
                    const double *restrict fo, int set)                        \
     {                                                                         \
@@ -153,12 +270,84 @@ RT_UNARY_ND(K_UNARY_ND)
                 (void)x; (void)y; (void)f;                                    \
                 dd[i] += RT_AZ(g, D);                                         \
             }                                                                 \
+    }                                                                         \
+    static void FN(int64_t n, double *dd, const double *go, const double *xa, \
+                   const double *yb, const double *fo, int set)               \
+    {                                                                         \
+        if (RT_KPAR(n)) RT_KSPLIT6S(FN##_k, n, MOVE, set, dd, go, xa, yb, fo); \
+        else FN##_k(n, dd, go, xa, yb, fo, set);                              \
     }
 
-/* The strict left-to-right sum of g * D (the scalar operand's adjoint). */
-#define KR_SUM_(FN, X, Y, D)                                                  \
-    static double FN(int64_t n, const double *go, const double *xa,          \
-                     const double *yb, const double *fo)                      \
+/* The sum of g * D over n elements (the scalar operand's adjoint), in a
+ * fixed order that depends on n alone: strict left-to-right within chunks
+ * of rt_ksum_chunk(n) elements (one chunk, the whole plain loop, up to
+ * RT_KSUM_CHUNK), the chunks' sums then added left to right.  The chunks
+ * may run on different threads (par.h); on one they run in turn, and the
+ * bits are the same either way.  The compiler may not reassociate the
+ * loops (no -ffast-math). */
+#define RT_KSUM_CHUNK 8192
+#define RT_KSUM_MAXCHUNKS 64
+
+typedef double (*rt_ks4)(int64_t, const double *, const double *, const double *,
+                         const double *);
+
+typedef struct {
+    rt_ks4 f;
+    unsigned move;                  /* bit i: p[i] is an array (moves by the chunk's start) */
+    const double *p[4];
+    double part[RT_KSUM_MAXCHUNKS];
+} rt_ksum;
+
+/* at most RT_KSUM_MAXCHUNKS chunks, each a multiple of 8 elements */
+static int64_t rt_ksum_chunk(int64_t n)
+{
+    int64_t c;
+    if (n <= RT_KSUM_CHUNK)
+        return n;
+    c = (n + RT_KSUM_MAXCHUNKS - 1) / RT_KSUM_MAXCHUNKS;
+    c = (c + 7) & ~(int64_t)7;
+    return c < RT_KSUM_CHUNK ? RT_KSUM_CHUNK : c;
+}
+
+static void rt_ksum_piece(void *ctx, int who, int64_t lo, int64_t hi, int64_t k)
+{
+    (void)who;
+    rt_ksum *c = ctx;
+    const double *q[4];
+    int i;
+    for (i = 0; i < 4; i++)
+        q[i] = c->p[i] + (((c->move >> i) & 1) ? lo : 0);
+    c->part[k] = c->f(hi - lo, q[0], q[1], q[2], q[3]);
+}
+
+static double rt_ksum_run(rt_ks4 f, unsigned move, int64_t n, const double *go,
+                          const double *xa, const double *yb, const double *fo)
+{
+    const int64_t chunk = rt_ksum_chunk(n);
+    int64_t k, nc;
+    rt_ksum c;
+    double s;
+    if (chunk >= n)
+        return f(n, go, xa, yb, fo);
+    nc = (n + chunk - 1) / chunk;
+    c.f = f;
+    c.move = move;
+    c.p[0] = go; c.p[1] = xa; c.p[2] = yb; c.p[3] = fo;
+    c.part[0] = 0.0;                /* (every part is written below) */
+    if (RT_KPAR(n))
+        rt_par_run(n, chunk, RT_KMAXT, rt_ksum_piece, &c);
+    else
+        for (k = 0; k < nc; k++)
+            rt_ksum_piece(&c, 0, k * chunk, k * chunk + chunk < n ? k * chunk + chunk : n, k);
+    s = c.part[0];
+    for (k = 1; k < nc; k++)
+        s += c.part[k];
+    return s;
+}
+
+#define KR_SUM_(FN, X, Y, D, MOVE)                                            \
+    static double FN##_k(int64_t n, const double *go, const double *xa,       \
+                         const double *yb, const double *fo)                  \
     {                                                                         \
         int64_t i;                                                            \
         double s = 0.0;                                                       \
@@ -168,12 +357,17 @@ RT_UNARY_ND(K_UNARY_ND)
             s += RT_AZ(g, D);                                                 \
         }                                                                     \
         return s;                                                             \
+    }                                                                         \
+    static double FN(int64_t n, const double *go, const double *xa,           \
+                     const double *yb, const double *fo)                      \
+    {                                                                         \
+        return rt_ksum_run(FN##_k, MOVE, n, go, xa, yb, fo);                  \
     }
 
 #define KR_BINARY_(NAME, DX, DY)                                              \
-    KR_PASS_(rt_krp_##NAME##_VV_a, xa[i], yb[i], DX)                          \
-    KR_PASS_(rt_krp_##NAME##_VV_b, xa[i], yb[i], DY)                          \
-    RT_KCLONES static void rt_krp_##NAME##_VV_ab(int64_t n, double *restrict da,         \
+    KR_PASS_(rt_krp_##NAME##_VV_a, xa[i], yb[i], DX, 31u)                          \
+    KR_PASS_(rt_krp_##NAME##_VV_b, xa[i], yb[i], DY, 31u)                          \
+    RT_KCLONES static void rt_krp_##NAME##_VV_ab_k(int64_t n, double *restrict da,       \
                                       double *restrict db,                    \
                                       const double *restrict go,              \
                                       const double *restrict xa,              \
@@ -187,6 +381,13 @@ RT_UNARY_ND(K_UNARY_ND)
             da[i] += RT_AZ(g, DX);                                            \
             db[i] += RT_AZ(g, DY);                                            \
         }                                                                     \
+    }                                                                         \
+    static void rt_krp_##NAME##_VV_ab(int64_t n, double *da, double *db,      \
+                                      const double *go, const double *xa,     \
+                                      const double *yb, const double *fo)     \
+    {                                                                         \
+        if (RT_KPAR(n)) RT_KSPLIT7(rt_krp_##NAME##_VV_ab_k, n, 63u, da, db, go, xa, yb, fo); \
+        else rt_krp_##NAME##_VV_ab_k(n, da, db, go, xa, yb, fo);              \
     }                                                                         \
     void rt_kr_##NAME##_VV(uint32_t fl, int64_t n, double *d, const double *v, \
                            int64_t o, int64_t a, int64_t b)                   \
@@ -207,8 +408,8 @@ RT_UNARY_ND(K_UNARY_ND)
             rt_krp_##NAME##_VV_a(n, d + a, go, xa, yb, fo, sa);               \
         }                                                                     \
     }                                                                         \
-    KR_PASS_(rt_krp_##NAME##_VS_a, xa[i], yb[0], DX)                             \
-    KR_SUM_(rt_krs_##NAME##_VS_b, xa[i], yb[0], DY)                              \
+    KR_PASS_(rt_krp_##NAME##_VS_a, xa[i], yb[0], DX, 23u)                             \
+    KR_SUM_(rt_krs_##NAME##_VS_b, xa[i], yb[0], DY, 11u)                              \
     void rt_kr_##NAME##_VS(uint32_t fl, int64_t n, double *d, const double *v, \
                            int64_t o, int64_t a, int64_t b)                   \
     {                                                                         \
@@ -216,8 +417,8 @@ RT_UNARY_ND(K_UNARY_ND)
                                          !!(fl & RT_KSET_A));                 \
         if (fl & 2) d[b] += rt_krs_##NAME##_VS_b(n, d + o, v + a, v + b, v + o); \
     }                                                                         \
-    KR_SUM_(rt_krs_##NAME##_SV_a, xa[0], yb[i], DX)                              \
-    KR_PASS_(rt_krp_##NAME##_SV_b, xa[0], yb[i], DY)                             \
+    KR_SUM_(rt_krs_##NAME##_SV_a, xa[0], yb[i], DX, 13u)                              \
+    KR_PASS_(rt_krp_##NAME##_SV_b, xa[0], yb[i], DY, 27u)                             \
     void rt_kr_##NAME##_SV(uint32_t fl, int64_t n, double *d, const double *v, \
                            int64_t o, int64_t a, int64_t b)                   \
     {                                                                         \
@@ -227,9 +428,9 @@ RT_UNARY_ND(K_UNARY_ND)
     }
 
 #define KF_BINARY3_(NAME, FXY)                                                \
-    KF_BINARY_(NAME, VV, xa[i], yb[i], FXY)                                   \
-    KF_BINARY_(NAME, VS, xa[i], yb[0], FXY)                                      \
-    KF_BINARY_(NAME, SV, xa[0], yb[i], FXY)
+    KF_BINARY_(NAME, VV, xa[i], yb[i], FXY, 7u)                               \
+    KF_BINARY_(NAME, VS, xa[i], yb[0], FXY, 3u)                               \
+    KF_BINARY_(NAME, SV, xa[0], yb[i], FXY, 5u)
 
 #define K_BINARY(NAME, FXY, DX, DY) KF_BINARY3_(NAME, FXY) KR_BINARY_(NAME, DX, DY)
 #define K_BINARY_ND(NAME, FXY) KF_BINARY3_(NAME, FXY)
@@ -271,11 +472,30 @@ RT_KCLONES double rt_k_pairwise_sum(const double *x, int64_t n)
 }
 
 
-RT_KCLONES void rt_k_add_scalar(int64_t n, double *dx, double g)
+RT_KCLONES static void rt_k_add_scalar_k(int64_t n, double *dx, double g)
 {
     int64_t i;
     for (i = 0; i < n; i++)
         dx[i] += g;
+}
+
+typedef struct { double *dx; double g; } rt_kaddsc;
+
+static void rt_k_add_scalar_piece(void *ctx, int who, int64_t lo, int64_t hi, int64_t k)
+{
+    (void)who;
+    const rt_kaddsc *c = ctx;
+    (void)k;
+    rt_k_add_scalar_k(hi - lo, c->dx + lo, c->g);
+}
+
+void rt_k_add_scalar(int64_t n, double *dx, double g)
+{
+    if (RT_KPAR(n)) {
+        rt_kaddsc c = { dx, g };
+        rt_par_run(n, RT_KPIECE, RT_KMAXT, rt_k_add_scalar_piece, &c);
+    } else
+        rt_k_add_scalar_k(n, dx, g);
 }
 
 /* ------------------------------------------------------------------ where, clip
@@ -718,19 +938,57 @@ double rt_kt_SSD(uint32_t fl, int64_t n, const double *t, const double *v, int64
     return r;
 }
 
-/* ------------------------------------------------------------------ matrix-vector reverse
- * MATMUL's dB += A^T G for N == 1 (csrc/instr/matmul.h): dB[k] receives
- * A[i, k] * G[i] for i = 0, 1, ... in order, added straight in, exactly as
- * the loop it replaces.  vm.c (-O2, no vector ISA) ran that loop one
- * element at a time through memory (each dB[k] stored and reloaded per
- * row); here, for K <= 32, the K running sums stay in a local array the
- * compiler keeps in registers for the whole pass over A (vectorised across
- * k), and wider K keeps the one-pass loop (column chunks would read A once
- * per chunk), vectorised across k by the clones.  Either way every slot
- * gets the same additions in the same order: the same bits. */
+/* ------------------------------------------------------------------ matrix-vector
+ * MATMUL with N == 1 (csrc/instr/matmul.h).  The forward's rows are
+ * independent dots (rt_k_dot4's order): split by rows as they come. */
+RT_KCLONES static void rt_k_matvec_k(double *restrict out, const double *restrict A,
+                                     const double *restrict x, int64_t M, int64_t K)
+{
+    int64_t i;
+    for (i = 0; i < M; i++) {
+        /* A is streamed once (student-t: 8 MB); a prefetch 4 KB ahead made
+         * this loop ~10% faster standalone (memory-bound) */
+        RT_K_PREFETCH(A + i * K + 512);
+        out[i] = rt_k_dot4(A + i * K, x, K);
+    }
+}
+
+typedef struct { double *out; const double *A, *x; int64_t K; } rt_kmv;
+
+static void rt_k_matvec_piece(void *ctx, int who, int64_t lo, int64_t hi, int64_t k)
+{
+    (void)who;
+    const rt_kmv *c = ctx;
+    (void)k;
+    rt_k_matvec_k(c->out + lo, c->A + lo * c->K, c->x, hi - lo, c->K);
+}
+
+void rt_k_matvec(double *out, const double *A, const double *x, int64_t M, int64_t K)
+{
+    if (K > 0 && RT_KPAR(M * K)) {
+        rt_kmv c = { out, A, x, K };
+        rt_par_run(M, (RT_KPIECE * 4 + K - 1) / K, RT_KMAXT, rt_k_matvec_piece, &c);
+    } else
+        rt_k_matvec_k(out, A, x, M, K);
+}
+
+/* The reverse dB += A^T G: dB[k] receives A[i, k] * G[i] for i = 0, 1, ...
+ * in order, added straight in (a -0.0 contribution stays -0.0).  vm.c
+ * (-O2, no vector ISA) ran that loop one element at a time through memory
+ * (each dB[k] stored and reloaded per row); here, for K <= 32, the K
+ * running sums stay in a local array the compiler keeps in registers for
+ * the whole pass over A (vectorised across k), and wider K keeps the
+ * one-pass loop (column chunks would read A once per chunk), vectorised
+ * across k by the clones.
+ *
+ * Over more than RT_KSUM_CHUNK rows (K <= 32) the rows go in the fixed
+ * chunks of rt_ksum_chunk(M): chunk 0 runs on from dB, every later chunk
+ * from -0.0 (the additive identity), and the chunks' sums are then added
+ * to dB in chunk order.  The chunks may run on different threads; the
+ * bits depend on M and K only. */
 #define RT_MV_W 32
-RT_KCLONES void rt_k_matvec_t_acc(double *restrict dB, const double *restrict A,
-                                  const double *restrict G, int64_t M, int64_t K)
+RT_KCLONES static void rt_k_matvec_t_k(double *restrict dB, const double *restrict A,
+                                       const double *restrict G, int64_t M, int64_t K)
 {
     int64_t i, k;
     if (K <= RT_MV_W) {
@@ -752,5 +1010,45 @@ RT_KCLONES void rt_k_matvec_t_acc(double *restrict dB, const double *restrict A,
         const double *ai = A + i * K;
         for (k = 0; k < K; k++)
             dB[k] += ai[k] * gi;
+    }
+}
+
+typedef struct {
+    const double *A, *G, *dB;
+    int64_t K;
+    double part[RT_KSUM_MAXCHUNKS][RT_MV_W];
+} rt_kmvt;
+
+static void rt_k_matvec_t_piece(void *ctx, int who, int64_t lo, int64_t hi, int64_t c)
+{
+    (void)who;
+    rt_kmvt *t = ctx;
+    int64_t k;
+    for (k = 0; k < t->K; k++)
+        t->part[c][k] = c == 0 ? t->dB[k] : -0.0;
+    rt_k_matvec_t_k(t->part[c], t->A + lo * t->K, t->G + lo, hi - lo, t->K);
+}
+
+void rt_k_matvec_t_acc(double *dB, const double *A, const double *G, int64_t M, int64_t K)
+{
+    const int64_t chunk = rt_ksum_chunk(M);
+    int64_t c, k, nc;
+    rt_kmvt t;
+    if (K > RT_MV_W || chunk >= M) {
+        rt_k_matvec_t_k(dB, A, G, M, K);
+        return;
+    }
+    nc = (M + chunk - 1) / chunk;
+    t.A = A; t.G = G; t.dB = dB; t.K = K;
+    if (RT_KPAR(M * K))
+        rt_par_run(M, chunk, RT_KMAXT, rt_k_matvec_t_piece, &t);
+    else
+        for (c = 0; c < nc; c++)
+            rt_k_matvec_t_piece(&t, 0, c * chunk, c * chunk + chunk < M ? c * chunk + chunk : M, c);
+    for (k = 0; k < K; k++) {
+        double s = t.part[0][k];
+        for (c = 1; c < nc; c++)
+            s += t.part[c][k];
+        dB[k] = s;
     }
 }

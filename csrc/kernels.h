@@ -105,7 +105,33 @@ double rt_k_pairwise_sum(const double *x, int64_t n);
 
 /* dx[0..n) += g (REDUCE_SUM's reverse, one segment) */
 void rt_k_add_scalar(int64_t n, double *dx, double g);
-/* dB[k] += A[i, k] * G[i], i = 0..M-1 in order (MATMUL's reverse, N == 1) */
+/* a[0..K) . b[0..K) with four accumulators, combined (s0 + s1) + (s2 + s3):
+ * MATMUL's dot (csrc/instr/matmul.h and rt_k_matvec) */
+static inline double rt_k_dot4(const double *x, const double *y, int64_t K)
+{
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int64_t k;
+    for (k = 0; k + 4 <= K; k += 4) {
+        s0 += x[k] * y[k];
+        s1 += x[k + 1] * y[k + 1];
+        s2 += x[k + 2] * y[k + 2];
+        s3 += x[k + 3] * y[k + 3];
+    }
+    for (; k < K; k++)
+        s0 += x[k] * y[k];
+    return (s0 + s1) + (s2 + s3);
+}
+
+#if defined(__GNUC__)
+#define RT_K_PREFETCH(p) __builtin_prefetch(p)   /* a hint: never faults */
+#else
+#define RT_K_PREFETCH(p) ((void)0)
+#endif
+
+/* out[i] = A[i, :] . x (rt_k_dot4), i = 0..M-1 (MATMUL's forward, N == 1) */
+void rt_k_matvec(double *out, const double *A, const double *x, int64_t M, int64_t K);
+/* dB[k] += A[i, k] * G[i] over i = 0..M-1 (MATMUL's reverse, N == 1), in
+ * the fixed chunk order of kernels.c */
 void rt_k_matvec_t_acc(double *dB, const double *A, const double *G, int64_t M, int64_t K);
 
 #endif

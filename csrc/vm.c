@@ -40,6 +40,7 @@
 #include "instr/instr.h"
 #include "batch.h"
 #include "pool.h"
+#include "par.h"
 
 /* ------------------------------------------------------------------ dispatch
  * Lua-style dispatch macros.  With GCC/Clang the kernels are labels reached
@@ -335,6 +336,8 @@ vm_next:
  * BLOCK's sweeps (csrc/instr/block.h): the VM's own sweep over the member
  * words of one tile at a time (w: the BLOCK's words).  Members are
  * elementwise instructions that return no status. */
+static int rt_block_par(const rt_program *p, const rt_block *bk, int kind);
+
 RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w)
 {
     int32_t buf[RT_BLOCK_MAX * RT_WORDS];
@@ -343,6 +346,8 @@ RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w)
     rt_block bk;
     int64_t t;
     rt_block_init(&bk, w);
+    if (rt_block_par(p, &bk, 0))
+        return;
     rt_block_plan_init(&bk, ~0u, &pl);
     q.code = buf;
     q.n_instr = pl.cnt;
@@ -515,6 +520,62 @@ static void rt_block_zero_slots(const rt_program *p, const rt_block *bk, uint32_
         }
 }
 
+/* Zeroes the adjoint sub-slots [sub, sub + len) of the tile-local members in `which`
+ * (a thread's share of each slot: rt_block_par). */
+static void rt_block_zero_sub(const rt_program *p, const rt_block *bk, uint32_t which,
+                              int64_t sub, int64_t len)
+{
+    int64_t k, r;
+    for (k = 0, r = 0; k < bk->m; k++)
+        if ((bk->mask >> k) & 1) {
+            if ((which >> k) & 1)
+                memset(p->adj + bk->s0 + r * bk->T + sub, 0, (size_t)len * sizeof(double));
+            r++;
+        }
+}
+
+/* Elements [lo, hi) of the block's reverse (or tangent) in tiles of Ts
+ * elements whose tile-local slots start `sub` into each T-slot (the whole
+ * block on one thread: lo = 0, hi = n, Ts = T, sub = 0). */
+static void rt_block_backward_span(const rt_program *p, const rt_block *bk,
+                                   int (*sweep)(const rt_program *, int64_t, int64_t),
+                                   int reverse, int64_t lo, int64_t hi, int64_t Ts, int64_t sub)
+{
+    int32_t buf[RT_BLOCK_MAX * RT_WORDS];
+    rt_block_plan all, loc, rev;
+    rt_program q = *p;
+    uint32_t zero = 0;
+    int64_t t, len;
+    rt_block_plan_init(bk, ~0u, &all);
+    rt_block_plan_init(bk, rt_block_recompute(bk), &loc);
+    if (reverse) {
+        rev = all;
+        zero = rt_block_first_terms(bk, &rev);
+        rt_block_plan_sub(bk, &rev, sub);
+    }
+    rt_block_plan_sub(bk, &all, sub);
+    rt_block_plan_sub(bk, &loc, sub);
+    q.code = buf;
+    for (t = lo; t < hi; t += Ts) {
+        const rt_block_plan *pl = reverse && bk->n - t > 1 ? &rev : &all;
+        len = hi - t < Ts ? hi - t : Ts;
+        if (loc.cnt) {
+            rt_block_plan_at(&loc, t, len, buf);
+            q.n_instr = loc.cnt;
+            (void)rt_run_forward_range(&q, 0, loc.cnt);
+        }
+        if (bk->mask) {
+            if (sub == 0 && Ts == bk->T)
+                rt_block_zero_slots(p, bk, pl == &rev ? zero : bk->mask);
+            else
+                rt_block_zero_sub(p, bk, pl == &rev ? zero : bk->mask, sub, Ts);
+        }
+        rt_block_plan_at(pl, t, len, buf);
+        q.n_instr = pl->cnt;
+        (void)sweep(&q, 0, pl->cnt);
+    }
+}
+
 /* Tiles in ascending order (the order blocks.py checks), each running its
  * members' reverses (or tangents) through `sweep`, the VM's range sweep:
  * reverses last member first, so every slot receives one member's
@@ -527,34 +588,110 @@ static void rt_block_zero_slots(const rt_program *p, const rt_block *bk, uint32_
 static void rt_block_backward(const rt_program *p, const int32_t *w,
                               int (*sweep)(const rt_program *, int64_t, int64_t), int reverse)
 {
-    int32_t buf[RT_BLOCK_MAX * RT_WORDS];
-    rt_block_plan all, loc, rev;
-    rt_program q = *p;
     rt_block bk;
-    uint32_t zero = 0;
-    int64_t t, len;
     rt_block_init(&bk, w);
-    rt_block_plan_init(&bk, ~0u, &all);
-    rt_block_plan_init(&bk, rt_block_recompute(&bk), &loc);
-    if (reverse) {
-        rev = all;
-        zero = rt_block_first_terms(&bk, &rev);
-    }
-    q.code = buf;
-    for (t = 0; t < bk.n; t += bk.T) {
-        const rt_block_plan *pl = reverse && bk.n - t > 1 ? &rev : &all;
-        len = bk.n - t < bk.T ? bk.n - t : bk.T;
-        if (loc.cnt) {
-            rt_block_plan_at(&loc, t, len, buf);
-            q.n_instr = loc.cnt;
-            (void)rt_run_forward_range(&q, 0, loc.cnt);
+    if (rt_block_par(p, &bk, reverse ? 1 : 2))
+        return;
+    rt_block_backward_span(p, &bk, sweep, reverse, 0, bk.n, bk.T, 0);
+}
+
+/* ---- a block over threads (par.h)
+ * Thread `who` of P runs whole pieces of the element range in tiles of
+ * Ts = T / P (a multiple of 8) elements, its tile-local results and
+ * adjoints in the sub-slots [who * Ts, who * Ts + Ts) of each T-slot of
+ * the scratch, so the threads share no scratch.  Every member is
+ * elementwise and reads an earlier member's output only at the same
+ * element (the verifier's rules), so the forward and tangent compute each
+ * element as one thread would, whatever the tiles.  The reverse adds into
+ * operand adjoints: it splits only when the regions the members' reverses
+ * write (outside the scratch) are pairwise the same region or disjoint
+ * (rt_block_par_ok), so that a slot receives contributions from one
+ * element index only, in member order within its tile, as the one-thread
+ * tiles give them; x[1:] - x[:-1] in a block stays on one thread. */
+#define RT_BLOCK_PAR_MAX 8
+
+static int rt_block_par_ok(const rt_block *bk)
+{
+    int64_t k, j, k2, j2;
+    for (k = 0; k < bk->m; k++) {
+        const int32_t *u = bk->mem + k * RT_WORDS;
+        const uint8_t sh = rt_block_shift[u[0] & RT_OPCODE_MASK];
+        const uint32_t fl = (uint32_t)u[0] >> RT_FLAGS_SHIFT;
+        for (j = 1; j < 4; j++) {
+            const int64_t x = u[2 + j];
+            if (!((fl >> (j - 1)) & 1) || !((sh >> j) & 1) || (x >= bk->s0 && x < bk->s1))
+                continue;
+            for (k2 = 0; k2 < bk->m; k2++) {
+                const int32_t *u2 = bk->mem + k2 * RT_WORDS;
+                const uint8_t sh2 = rt_block_shift[u2[0] & RT_OPCODE_MASK];
+                const uint32_t fl2 = (uint32_t)u2[0] >> RT_FLAGS_SHIFT;
+                for (j2 = 1; j2 < 4; j2++) {
+                    const int64_t y = u2[2 + j2];
+                    if (!((fl2 >> (j2 - 1)) & 1) || !((sh2 >> j2) & 1) || y == x)
+                        continue;
+                    if (rt_block_overlaps(x, bk->n, y, bk->n))
+                        return 0;
+                }
+            }
         }
-        if (bk.mask)
-            rt_block_zero_slots(p, &bk, pl == &rev ? zero : bk.mask);
-        rt_block_plan_at(pl, t, len, buf);
-        q.n_instr = pl->cnt;
-        (void)sweep(&q, 0, pl->cnt);
     }
+    return 1;
+}
+
+typedef struct {
+    const rt_program *p;
+    const rt_block *bk;
+    int kind;                   /* 0 forward, 1 reverse, 2 tangent */
+    int64_t Ts;
+} rt_block_job;
+
+static void rt_block_piece(void *ctx, int who, int64_t lo, int64_t hi, int64_t k)
+{
+    const rt_block_job *j = ctx;
+    const int64_t sub = (int64_t)who * j->Ts;
+    (void)k;
+    if (j->kind == 0) {
+        int32_t buf[RT_BLOCK_MAX * RT_WORDS];
+        rt_block_plan pl;
+        rt_program q = *j->p;
+        int64_t t;
+        rt_block_plan_init(j->bk, ~0u, &pl);
+        rt_block_plan_sub(j->bk, &pl, sub);
+        q.code = buf;
+        q.n_instr = pl.cnt;
+        for (t = lo; t < hi; t += j->Ts) {
+            rt_block_plan_at(&pl, t, hi - t < j->Ts ? hi - t : j->Ts, buf);
+            (void)rt_run_forward_range(&q, 0, q.n_instr);
+        }
+    } else
+        rt_block_backward_span(j->p, j->bk, j->kind == 1 ? rt_run_reverse_range
+                                                          : rt_run_tangent_range,
+                               j->kind == 1, lo, hi, j->Ts, sub);
+}
+
+/* Runs the whole block over threads and returns 1, or returns 0 (too
+ * short, one thread, a tile too small to share, or a reverse that may not
+ * split): the caller runs it on its own. */
+static int rt_block_par(const rt_program *p, const rt_block *bk, int kind)
+{
+    rt_block_job j;
+    int64_t P;
+    if (!RT_PAR_WANTS(bk->n))
+        return 0;
+    P = rt_par_threads();
+    if (P > RT_BLOCK_PAR_MAX)
+        P = RT_BLOCK_PAR_MAX;
+    if (P > bk->T / 8)
+        P = bk->T / 8;
+    if (P < 2 || (kind == 1 && !rt_block_par_ok(bk)))
+        return 0;
+    j.p = p;
+    j.bk = bk;
+    j.kind = kind;
+    j.Ts = (bk->T / P) & ~(int64_t)7;
+    /* pieces of 16 tiles: 16 KB of each array per piece at Ts = 128 */
+    rt_par_run(bk->n, j.Ts * 16, (int)P, rt_block_piece, &j);
+    return 1;
 }
 
 RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w)

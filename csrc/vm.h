@@ -247,4 +247,14 @@ int32_t rt_num_ops(void);
  * form); no program needed.  Returns 0, or -1 for any other opcode. */
 int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys, double *out);
 
+/* Threads for large array instructions (csrc/par.h): the elementwise
+ * kernels, scalar-operand adjoint sums and matrix-vector products of one
+ * replay split over the calling thread and pool workers, bit for bit the
+ * one-thread result.  threads > 0 sets the most threads (1: never split;
+ * default $REVTAPE_THREADS, else the CPUs this process may use),
+ * min_elements > 0 the instruction length from which to split; 0 leaves a
+ * setting as it is.  Returns the threads now allowed; *min_out (if not
+ * NULL) gets the length. */
+int32_t rt_par_config(int32_t threads, int64_t min_elements, int64_t *min_out);
+
 #endif

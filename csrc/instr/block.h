@@ -160,6 +160,22 @@ static inline void rt_block_plan_at(const rt_block_plan *pl, int64_t t, int64_t 
         buf[k * RT_WORDS + 1] = (int32_t)len;
 }
 
+/* Moves the plan's words naming the scratch by sub elements (a thread's
+ * share of each tile-local slot, vm.c rt_block_par); sub = 0 leaves it. */
+static inline void rt_block_plan_sub(const rt_block *bk, rt_block_plan *pl, int64_t sub)
+{
+    int64_t k, j;
+    if (sub == 0)
+        return;
+    for (k = 0; k < pl->cnt; k++) {
+        int32_t *u = pl->base + k * RT_WORDS;
+        const uint8_t sh = rt_block_shift[u[0] & RT_OPCODE_MASK];
+        for (j = 0; j < 4; j++)
+            if (((sh >> j) & 1) && u[2 + j] >= bk->s0 && u[2 + j] < bk->s1)
+                u[2 + j] = (int32_t)(u[2 + j] + sub);
+    }
+}
+
 static inline int rt_block_overlaps(int64_t o1, int64_t l1, int64_t o2, int64_t l2)
 {
     return l1 > 0 && l2 > 0 && o1 < o2 + l2 && o2 < o1 + l1;

@@ -6,27 +6,8 @@
  * the reference replay's matmul rule: a zero adjoint or tangent times an
  * infinite operand does give nan here. */
 
-#if defined(__GNUC__)
-#define RT_MM_PREFETCH(p) __builtin_prefetch(p)   /* a hint: never faults */
-#else
-#define RT_MM_PREFETCH(p) ((void)0)
-#endif
-
-/* a[0..K) . b[0..K) with four accumulators, combined (s0 + s1) + (s2 + s3) */
-static inline double rt_dot4(const double *x, const double *y, int64_t K)
-{
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    int64_t k;
-    for (k = 0; k + 4 <= K; k += 4) {
-        s0 += x[k] * y[k];
-        s1 += x[k + 1] * y[k + 1];
-        s2 += x[k + 2] * y[k + 2];
-        s3 += x[k + 3] * y[k + 3];
-    }
-    for (; k < K; k++)
-        s0 += x[k] * y[k];
-    return (s0 + s1) + (s2 + s3);
-}
+/* a[0..K) . b[0..K) with four accumulators (kernels.h) */
+#define rt_dot4 rt_k_dot4
 
 /* out += A @ B (M x K times K x N); the forward zeroes out first. */
 static inline void rt_matmul_acc(double *out, const double *A, const double *B,
@@ -53,13 +34,7 @@ RT_FWD(MATMUL)
     const int64_t M = ints[c], K = ints[c + 1], N = ints[c + 2];
     int64_t i;
     if (N == 1) {           /* = 0.0 + dot: a dot started at +0.0 is never -0.0 */
-        /* A is streamed once (student-t: 8 MB); a prefetch 4 KB ahead made
-         * this loop ~10% faster standalone (memory-bound: 370 -> 330 us at
-         * 1e5 x 10; inside a replay on the loaded machine, within noise) */
-        for (i = 0; i < M; i++) {
-            RT_MM_PREFETCH(v + a + i * K + 512);
-            v[o + i] = rt_dot4(v + a + i * K, v + b, K);
-        }
+        rt_k_matvec(v + o, v + a, v + b, M, K);     /* kernels.c: rows split over threads */
         return;
     }
     for (i = 0; i < n; i++)

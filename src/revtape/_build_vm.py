@@ -14,7 +14,7 @@ from cffi import FFI
 
 CSRC = pathlib.Path(__file__).resolve().parents[2] / "csrc"
 HEADERS = ["vm.h", "tapeflow.h"]
-SOURCES = ["vm.c", "kernels.c", "specfun.c", "linalg.c", "batch.c", "tapeflow.c", "pool.c"]
+SOURCES = ["vm.c", "kernels.c", "specfun.c", "linalg.c", "batch.c", "tapeflow.c", "pool.c", "par.c"]
 
 
 def _cdef_from_header(text):
@@ -55,7 +55,8 @@ ffibuilder.set_source(
     include_dirs=[os.path.relpath(CSRC)],
     # a header-only change (csrc/instr/*.h, ops_generated.h) rebuilds too
     depends=sorted(os.path.relpath(h) for h in CSRC.rglob("*.h")),
-    extra_compile_args=["-O2", "-std=c99", "-fno-math-errno", "-D_DEFAULT_SOURCE"],
+    extra_compile_args=["-O2", "-std=c99", "-fno-math-errno", "-D_DEFAULT_SOURCE",
+                        "-DRT_WITH_POOL"],   # kernels.c splits large arrays (par.h)
     libraries=["m"] + ([] if os.name == "nt" else ["pthread"]),   # pool.c
 )
 

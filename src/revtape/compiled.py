@@ -1494,6 +1494,26 @@ class _WideArena:
                                 self.first_p, self.zero_p, self.zero.size, k, xp, values, G, row)
 
 
+def array_threads(threads=None, min_elements=None):
+    """Threads for the large array instructions of one replay, process-wide.
+
+    An elementwise instruction, a scalar operand's adjoint sum or a
+    matrix-vector product over at least ``min_elements`` elements (default
+    32768) splits over the calling thread and the C worker pool, with the
+    same bits as on one thread (csrc/par.h).  ``threads`` caps the threads
+    (1: never split; default: $REVTAPE_THREADS, else the CPUs the process
+    may use).  None leaves a setting unchanged.  Returns the settings now in
+    force, ``(threads, min_elements)``."""
+    for name, val in (("threads", threads), ("min_elements", min_elements)):
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+            raise InputError(f"array_threads: {name} must be an int >= 1 or None, not {val!r}")
+    if threads is not None and threads > 64:
+        raise InputError(f"array_threads: at most 64 threads, not {threads}")
+    mn = ffi.new("int64_t *")
+    n = lib.rt_par_config(threads or 0, min_elements or 0, mn)
+    return int(n), int(mn[0])
+
+
 _pool = [None, 0]
 _pool_lock = threading.Lock()
 
