@@ -284,15 +284,23 @@ RT_UNARY_ND(K_UNARY_ND)
  * RT_KSUM_CHUNK), the chunks' sums then added left to right.  The chunks
  * may run on different threads (par.h); on one they run in turn, and the
  * bits are the same either way.  The compiler may not reassociate the
- * loops (no -ffast-math). */
+ * loops (no -ffast-math): the clones compute the terms in vector
+ * registers and add them in order.  Four whole chunks run as four chains
+ * in one loop (FN##_k4): each chain is its chunk's strict sum, bit for
+ * bit, and the four hide each other's add latency. */
 #define RT_KSUM_CHUNK 8192
 #define RT_KSUM_MAXCHUNKS 64
 
 typedef double (*rt_ks4)(int64_t, const double *, const double *, const double *,
                          const double *);
 
+typedef void (*rt_ks4x4)(int64_t, int64_t, const double *, const double *, const double *,
+                         const double *, double *);
+
 typedef struct {
     rt_ks4 f;
+    rt_ks4x4 f4;
+    int64_t chunk;
     unsigned move;                  /* bit i: p[i] is an array (moves by the chunk's start) */
     const double *p[4];
     double part[RT_KSUM_MAXCHUNKS];
@@ -309,18 +317,29 @@ static int64_t rt_ksum_chunk(int64_t n)
     return c < RT_KSUM_CHUNK ? RT_KSUM_CHUNK : c;
 }
 
+/* Piece k: chunks 4k .. 4k + 3 (those that exist) over [lo, hi). */
 static void rt_ksum_piece(void *ctx, int who, int64_t lo, int64_t hi, int64_t k)
 {
-    (void)who;
     rt_ksum *c = ctx;
     const double *q[4];
+    int64_t a;
     int i;
-    for (i = 0; i < 4; i++)
-        q[i] = c->p[i] + (((c->move >> i) & 1) ? lo : 0);
-    c->part[k] = c->f(hi - lo, q[0], q[1], q[2], q[3]);
+    (void)who;
+    if (hi - lo == 4 * c->chunk) {
+        for (i = 0; i < 4; i++)
+            q[i] = c->p[i] + (((c->move >> i) & 1) ? lo : 0);
+        c->f4(c->chunk, c->chunk, q[0], q[1], q[2], q[3], c->part + 4 * k);
+        return;
+    }
+    for (a = lo; a < hi; a += c->chunk) {
+        const int64_t b = a + c->chunk < hi ? a + c->chunk : hi;
+        for (i = 0; i < 4; i++)
+            q[i] = c->p[i] + (((c->move >> i) & 1) ? a : 0);
+        c->part[a / c->chunk] = c->f(b - a, q[0], q[1], q[2], q[3]);
+    }
 }
 
-static double rt_ksum_run(rt_ks4 f, unsigned move, int64_t n, const double *go,
+static double rt_ksum_run(rt_ks4 f, rt_ks4x4 f4, unsigned move, int64_t n, const double *go,
                           const double *xa, const double *yb, const double *fo)
 {
     const int64_t chunk = rt_ksum_chunk(n);
@@ -331,14 +350,16 @@ static double rt_ksum_run(rt_ks4 f, unsigned move, int64_t n, const double *go,
         return f(n, go, xa, yb, fo);
     nc = (n + chunk - 1) / chunk;
     c.f = f;
+    c.f4 = f4;
+    c.chunk = chunk;
     c.move = move;
     c.p[0] = go; c.p[1] = xa; c.p[2] = yb; c.p[3] = fo;
     c.part[0] = 0.0;                /* (every part is written below) */
     if (RT_KPAR(n))
-        rt_par_run(n, chunk, RT_KMAXT, rt_ksum_piece, &c);
+        rt_par_run(n, 4 * chunk, RT_KMAXT, rt_ksum_piece, &c);
     else
-        for (k = 0; k < nc; k++)
-            rt_ksum_piece(&c, 0, k * chunk, k * chunk + chunk < n ? k * chunk + chunk : n, k);
+        for (k = 0; k * 4 * chunk < n; k++)
+            rt_ksum_piece(&c, 0, k * 4 * chunk, k * 4 * chunk + 4 * chunk < n ? k * 4 * chunk + 4 * chunk : n, k);
     s = c.part[0];
     for (k = 1; k < nc; k++)
         s += c.part[k];
@@ -346,7 +367,7 @@ static double rt_ksum_run(rt_ks4 f, unsigned move, int64_t n, const double *go,
 }
 
 #define KR_SUM_(FN, X, Y, D, MOVE)                                            \
-    static double FN##_k(int64_t n, const double *go, const double *xa,       \
+    RT_KCLONES static double FN##_k(int64_t n, const double *go, const double *xa, \
                          const double *yb, const double *fo)                  \
     {                                                                         \
         int64_t i;                                                            \
@@ -358,10 +379,29 @@ static double rt_ksum_run(rt_ks4 f, unsigned move, int64_t n, const double *go,
         }                                                                     \
         return s;                                                             \
     }                                                                         \
+    RT_KCLONES static void FN##_k4(int64_t L, int64_t st, const double *go0,  \
+                        const double *xa0, const double *yb0,                 \
+                        const double *fo0, double *part)                      \
+    {                                                                         \
+        double s[4] = { 0.0, 0.0, 0.0, 0.0 };                                 \
+        const int64_t sx = ((MOVE) >> 1) & 1 ? st : 0, sy = ((MOVE) >> 2) & 1 ? st : 0; \
+        int64_t i;                                                            \
+        int c;                                                                \
+        for (i = 0; i < L; i++)                                               \
+            for (c = 0; c < 4; c++) {                                         \
+                const double *go = go0 + c * st, *xa = xa0 + c * sx,          \
+                             *yb = yb0 + c * sy, *fo = fo0 + c * st;          \
+                const double g = go[i], x = (X), y = (Y), f = fo[i];          \
+                (void)x; (void)y; (void)f; (void)xa; (void)yb;                \
+                s[c] += RT_AZ(g, D);                                          \
+            }                                                                 \
+        for (c = 0; c < 4; c++)                                               \
+            part[c] = s[c];                                                   \
+    }                                                                         \
     static double FN(int64_t n, const double *go, const double *xa,           \
                      const double *yb, const double *fo)                      \
     {                                                                         \
-        return rt_ksum_run(FN##_k, MOVE, n, go, xa, yb, fo);                  \
+        return rt_ksum_run(FN##_k, FN##_k4, MOVE, n, go, xa, yb, fo);         \
     }
 
 #define KR_BINARY_(NAME, DX, DY)                                              \

@@ -107,6 +107,9 @@ double rt_k_pairwise_sum(const double *x, int64_t n);
 void rt_k_add_scalar(int64_t n, double *dx, double g);
 /* a[0..K) . b[0..K) with four accumulators, combined (s0 + s1) + (s2 + s3):
  * MATMUL's dot (csrc/instr/matmul.h and rt_k_matvec) */
+#if defined(__GNUC__)
+__attribute__((always_inline))    /* into kernels.c's clones too (a call per row otherwise) */
+#endif
 static inline double rt_k_dot4(const double *x, const double *y, int64_t K)
 {
     double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;

@@ -57,7 +57,7 @@ def _opcodes(ct):
     return [ops.VM_OPCODES[w & 0xFFFF] for w in ct.code[:, 0]]
 
 
-N = 3 * CHUNK + 1234          # several sum chunks, a short last one
+N = 5 * CHUNK + 1234          # a quad of whole sum chunks, one more and a short last one
 rng0 = np.random.default_rng(7)
 W = rng0.standard_normal(N)
 UNARY = [np.sin, np.cos, np.exp, np.expm1, np.log, np.log1p, np.sqrt, np.tanh, np.arctan,
