@@ -8,6 +8,7 @@
 #include "vm.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #if !defined(_WIN32)
 #include <sched.h>
@@ -141,4 +142,21 @@ void rt_par_run(int64_t n, int64_t piece, int maxt, rt_par_fn fn, void *ctx)
         j.end[k] = (k + 1) * np / nt;
     }
     (void)rt_pool_run((int)nt, par_body, &j);
+}
+
+static void par_zero_piece(void *ctx, int who, int64_t lo, int64_t hi, int64_t k)
+{
+    (void)who;
+    (void)k;
+    memset((double *)ctx + lo, 0, (size_t)(hi - lo) * sizeof(double));
+}
+
+void rt_par_zero(double *x, int64_t n)
+{
+    if (n <= 0)
+        return;
+    if (RT_PAR_WANTS(n))
+        rt_par_run(n, 16384, RT_PAR_MAX, par_zero_piece, x);
+    else
+        memset(x, 0, (size_t)n * sizeof(double));
 }

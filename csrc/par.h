@@ -38,6 +38,9 @@ int rt_par_wants(int64_t n);
  * all are done. */
 void rt_par_run(int64_t n, int64_t piece, int maxt, rt_par_fn fn, void *ctx);
 
+/* memset(x, 0, n doubles), split like an elementwise instruction */
+void rt_par_zero(double *x, int64_t n);
+
 /* The setting (vm.h: rt_par_config). */
 int rt_par_threads(void);
 

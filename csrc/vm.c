@@ -1695,7 +1695,9 @@ static void rt_zero_adj_rev(const rt_program *p)
 {
     if (p->n_in > 0)
         memset(p->adj, 0, (size_t)p->n_in * sizeof(double));
-    if (p->n_vals > p->n_fixed)
+    if (p->n_vals > p->n_fixed && RT_PAR_WANTS(p->n_vals - p->n_fixed))
+        rt_par_zero(p->adj + p->n_fixed, p->n_vals - p->n_fixed);   /* over threads (par.h) */
+    else if (p->n_vals > p->n_fixed)
         memset(p->adj + p->n_fixed, 0, (size_t)(p->n_vals - p->n_fixed) * sizeof(double));
     if (p->out_off >= p->n_in && p->out_off < p->n_fixed)
         memset(p->adj + p->out_off, 0, (size_t)p->out_len * sizeof(double));   /* a constant output's seed */
