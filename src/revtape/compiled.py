@@ -953,9 +953,9 @@ class CompiledTape:
             raise InputError("x_buf and g_buf must not overlap")
         p, vg, status, tape, arena = self._p, self._vgf, self._status, self._tape, \
             self._arena
-        xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
         if _BoundCall is not None:
-            return self._bind_c(x_buf, g_buf, xp)
+            return self._bind_c(x_buf, g_buf)
+        xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
         if self._one_call_ok():
             return self._bind_one_call(xp, gp)
         value = ffi.new("double *")
@@ -1018,7 +1018,7 @@ class CompiledTape:
             marks.bound(self._arena, call)
         return call
 
-    def _bind_c(self, x_buf, g_buf, xp):
+    def _bind_c(self, x_buf, g_buf):
         """bind() as checked.c's Bound (a _BoundCall): the call is C -- no Python
         frame, no cffi conversion -- with the semantics of the two Python-side
         binds below: RT_BUSY waited for where _bind_one_call waits (programs
@@ -1038,7 +1038,8 @@ class CompiledTape:
         status = self._status
 
         def fail(st):
-            status(st, xp)          # xp: a guard's report replays at the bound x
+            # a guard's report replays at the bound x (the Bound's export holds it)
+            status(st, ffi.from_buffer("double[]", x_buf))
 
         call = _BoundCall(ffi.buffer(self._p), self, x_buf, g_buf, cell, mark_id,
                           _partial(_bind_hot, self), fail, self._one_call_ok())
