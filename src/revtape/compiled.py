@@ -1239,7 +1239,8 @@ if _checked is not None:
 
 class _OneCall(_partial):
     """ctape.bind(x_buf, g_buf) as one C call (a functools.partial of
-    rt_bound_value_and_grad, called without a Python frame).  Holds the
+    rt_bound_value_and_grad, called without a Python frame) where
+    revtape._checked is missing (_BoundCall serves otherwise).  Holds the
     compiled tape, the buffers' pointers and the rt_bound struct alive;
     refuses to pickle, as every bound callable does."""
 
