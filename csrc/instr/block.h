@@ -52,6 +52,10 @@
  * verifier checks each member as its first and its last tile run it.
  * The sweeps' cases are in vm.c (they run the sweep itself over the member
  * words of one tile); this file holds the tiling and the verify functions.
+ *
+ * A sum block's last member word is a REDUCE_SUM of one earlier member's
+ * whole result (rt_block_init below: it is not one of the m members the
+ * tiles run, and its tiles are the pairwise summation's subtrees).
  */
 
 /* Most members one block may hold (the tile's words live on the stack; the

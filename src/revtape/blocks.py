@@ -26,15 +26,19 @@ the output), since 0 + a + b == 0 + b + a bit for bit (the Rosenbrock
 pattern: d x[i] gets the terms of x[:-1]**2's user, of x[1:] - ..., and of
 1 - x[:-1]).  Anything else is left unfused.
 
-A sum after the block stays outside it on purpose.  Taking REDUCE_SUM in
-(tiles = the largest subtrees of numpy's pairwise summation of <= TILE
-elements, each summed with the same kernel, so bit-identical; the summed
-result then tile-local) was built and measured on rosenbrock-vec (n=1e4):
-0-20% slower than leaving it out, at tiles of 256-2048.  The result's
-10^4 values fit in L2, so the pass it saves is cheap, while the tiles get
-shorter (subtrees, not multiples of TILE) and the reverse recomputes one
-more member per tile.  At n=1e4 the per-tile overhead, not memory, is
-what a block costs.
+A sum right after the block over one member's whole result closes it
+(_closing_sum: a sum block, csrc/instr/block.h).  Its tiles are the largest
+subtrees of numpy's pairwise summation of at most sum_tile(TILE) elements,
+each summed with the same kernel and the tiles' sums added as the
+recursion adds its halves, so the value keeps np.sum's bits; the summed
+result then goes tile-local and its adjoint is written per tile, not
+zeroed and added to in passes over n elements.  An earlier attempt (tiles
+of <= TILE, every member recomputed in the reverse, words decoded per
+tile) measured 0-20% slower; with the per-tile costs cut since (decoded
+plans, only what a reverse reads recomputed, first-term writes, a tile
+iterator instead of a descent per tile) and tiles of 256-512 it takes
+rosenbrock-vec's bound replay from ~28 to ~24 us.  REVTAPE_BLOCK_SUM=0
+leaves the sum outside.
 
 Measured since (rosenbrock-vec, rdtsc per phase): a member's run over one
 tile costs ~18 cycles beyond its loop, of which the VM's dispatch is ~4
