@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import compiled, ops
+from revtape import blocks, compiled, ops
 from revtape.bench.workloads import student_t
 
 CHUNK = 8192          # kernels.c RT_KSUM_CHUNK
@@ -279,8 +279,12 @@ BLOCK_MODELS = {
 }
 
 
+@pytest.mark.parametrize("sum_block", [False, True])
 @pytest.mark.parametrize("name", sorted(BLOCK_MODELS))
-def test_blocks_over_threads_same_bits_as_unfused(name, threads, monkeypatch):
+def test_blocks_over_threads_same_bits_as_unfused(name, sum_block, threads, monkeypatch):
+    # without sum blocks np.sum stays out of the block: the blocks that split
+    # over threads (a block closed by its sum runs on one thread)
+    monkeypatch.setattr(blocks, "SUM_BLOCKS", sum_block)
     f = BLOCK_MODELS[name]
     rng = np.random.default_rng(5)
     x = rng.uniform(0.5, 1.5, 2 * NB)
