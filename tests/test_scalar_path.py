@@ -308,3 +308,43 @@ def test_reverse_pairs_of_every_listed_handler_give_the_general_sweeps_bits(rng,
     for x in bad:
         _both(a.value_and_gradient, b.value_and_gradient, x, _same_nan)
         _both(lambda x: a.vjp(x, -2.0), lambda x: b.vjp(x, -2.0), x, _same_nan)
+
+
+# Consumers of a value p (as a pair's later instruction, whose write to p's
+# slot the earlier one takes its adjoint from): unary, binary with p as
+# either operand, and p on both sides (two writes to p's slot).
+_CONSUMERS = [lambda p, u: p ** 2, lambda p, u: -p, lambda p, u: np.exp(p),
+              lambda p, u: p + u, lambda p, u: u + p, lambda p, u: p - u, lambda p, u: u - p,
+              lambda p, u: p * u, lambda p, u: u * p, lambda p, u: p / _C,
+              lambda p, u: p * p, lambda p, u: p - p, lambda p, u: p + p]
+
+
+def _linked_groups(x):
+    """Every listed form P followed by every consumer Q of its result, then a
+    SIN and the AXPY that adds it: taken greedily from the end, Q pairs with
+    P (where the compiler did not fuse them into one instruction)."""
+    tot = x[0] * 0.5
+    k = 0
+    for _, fp in _RPAIR_FORMS:
+        for fq in _CONSUMERS:
+            u, v, w = (x[(k + i) % x.size] for i in (0, 1, 2))
+            q = fq(fp(u, v, w), w)
+            tot = tot + np.sin(q) * x[(k + 3) % x.size]
+            k += 1
+    return tot
+
+
+def test_reverse_pairs_pass_the_later_write_to_the_earlier_instruction_with_its_bits(rng):
+    x0 = np.linspace(0.6, 1.4, 7)
+    tape = rt.GradientTape(_linked_groups, x0)
+    a, b = _twins(tape)
+    xs = [x0 + 0.05 * rng.normal(size=7) for _ in range(3)]
+    xs += [np.array([1.0, 0.75, 0.75, 1.0, 2.0, 0.5, 1.0]),        # zero adjoints: skips
+           np.array([0.0, -0.0, 1.0, 0.0, 0.5, -0.0, 1.0])]
+    _check(tape, a, b, xs, rng)
+    bad = [np.array([np.inf, 1.0, 2.0, 3.0, 0.5, 1.0, 1.0]),
+           np.array([0.5, np.nan, 1.0, -1.0, 0.5, 1.0, 1.0]),
+           np.array([1e308, 1e308, -1e308, 0.5, 0.5, 1.0, 1.0])]
+    for x in bad:
+        _both(a.value_and_gradient, b.value_and_gradient, x, _same_nan)
+        _both(lambda x: a.vjp(x, -2.0), lambda x: b.vjp(x, -2.0), x, _same_nan)
