@@ -335,6 +335,30 @@ vm_next:
  * BLOCK's sweeps (csrc/instr/block.h): the VM's own sweep over the member
  * words of one tile at a time (w: the BLOCK's words).  Members are
  * elementwise instructions that return no status. */
+/* A sum block's forward over the subtree [lo, lo + n) of the pairwise
+ * summation (block.h): its tiles in ascending order, the tiles' sums added
+ * as rt_k_pairwise_sum adds its halves (left, then right, then the add). */
+typedef struct {
+    rt_program *q;
+    const rt_block *bk;
+    const rt_block_plan *pl;
+    int32_t *buf;
+    int64_t src;                /* the summed member's result */
+    int shift;                  /* it is an arena region (moves with the tile), not a slot */
+} rt_block_sum_run;
+
+static double rt_block_sum_forward(const rt_block_sum_run *r, int64_t lo, int64_t n)
+{
+    double left;
+    if (n <= r->bk->T) {
+        rt_block_plan_at(r->pl, lo, n, r->buf);
+        (void)rt_run_forward_range(r->q, 0, r->pl->cnt);
+        return rt_k_pairwise_sum(r->q->vals + r->src + (r->shift ? lo : 0), n);
+    }
+    left = rt_block_sum_forward(r, lo, rt_block_split(n));
+    return left + rt_block_sum_forward(r, lo + rt_block_split(n), n - rt_block_split(n));
+}
+
 RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w)
 {
     int32_t buf[RT_BLOCK_MAX * RT_WORDS];
@@ -346,6 +370,12 @@ RT_NOINLINE static void rt_block_forward(rt_program *p, const int32_t *w)
     rt_block_plan_init(&bk, ~0u, &pl);
     q.code = buf;
     q.n_instr = pl.cnt;
+    if (bk.sum != NULL) {           /* 0.0 +: as REDUCE_SUM's forward (-0.0 sums to 0.0) */
+        const rt_block_sum_run r = { &q, &bk, &pl, buf, bk.sum[3],
+                                     !(bk.sum[3] >= bk.s0 && bk.sum[3] < bk.s1) };
+        p->vals[bk.sum[2]] = 0.0 + rt_block_sum_forward(&r, 0, bk.n);
+        return;
+    }
     for (t = 0; t < bk.n; t += bk.T) {
         rt_block_plan_at(&pl, t, bk.n - t < bk.T ? bk.n - t : bk.T, buf);
         (void)rt_run_forward_range(&q, 0, q.n_instr);
@@ -469,9 +499,9 @@ static const uint8_t rt_block_settable[RT_NUM_OPS] = {
  * (a member whose result's adjoint nobody writes reads zeros), or a first
  * term from a member naming the slot twice (x * x: its kernel's two passes
  * would both write) or from a kernel without the bits. */
-static uint32_t rt_block_first_terms(const rt_block *bk, rt_block_plan *pl)
+static uint32_t rt_block_first_terms(const rt_block *bk, rt_block_plan *pl, uint32_t touched)
 {
-    uint32_t touched = 0, zero = 0;
+    uint32_t zero = 0;
     int64_t k, j, j2, i;
     for (k = bk->m - 1; k >= 0; k--) {
         const int32_t *u = bk->mem + k * RT_WORDS;
@@ -524,6 +554,19 @@ static void rt_block_zero_slots(const rt_program *p, const rt_block *bk, uint32_
  * elements) written by their first term (rt_block_first_terms).  The
  * tangent sweep's q shares p's native table, hence the VM's range sweep
  * and never the native one. */
+static void rt_block_fill(double *d, int64_t n, double g)
+{
+    int64_t i;
+    for (i = 0; i + 4 <= n; i += 4) {
+        d[i] = g;
+        d[i + 1] = g;
+        d[i + 2] = g;
+        d[i + 3] = g;
+    }
+    for (; i < n; i++)
+        d[i] = g;
+}
+
 static void rt_block_backward(const rt_program *p, const int32_t *w,
                               int (*sweep)(const rt_program *, int64_t, int64_t), int reverse)
 {
@@ -531,19 +574,44 @@ static void rt_block_backward(const rt_program *p, const int32_t *w,
     rt_block_plan all, loc, rev;
     rt_program q = *p;
     rt_block bk;
-    uint32_t zero = 0;
-    int64_t t, len;
+    rt_block_tiles tiles;
+    uint32_t zero = 0, sum_slot = 0;
+    int64_t t, len, i, j, src = 0;
+    int sum_on = 0, shift = 0, refill = 0;
+    double g = 0.0, tsum = 0.0;
     rt_block_init(&bk, w);
+    if (bk.sum != NULL) {
+        /* the closing sum's reverse runs first in each tile: the summed
+         * result's adjoint gets g (REDUCE_SUM's reverse: += g unless g is 0;
+         * into a slot: written as 0.0 + g, its first term); its tangent
+         * adds the result's tangents left to right over the tiles */
+        sum_on = ((uint32_t)bk.sum[0] >> RT_FLAGS_SHIFT) & 1;
+        src = bk.sum[3];
+        shift = !(src >= bk.s0 && src < bk.s1);
+        for (i = 0; i < bk.m; i++) {
+            const int32_t *u = bk.mem + i * RT_WORDS;
+            if (!shift && u[2] == src)
+                sum_slot = 1u << i;
+            for (j = 1; j < 4; j++)
+                if (((rt_block_used[u[0] & RT_OPCODE_MASK] >> j) & 1) && u[2 + j] == src)
+                    refill = 1;
+        }
+        if (reverse)
+            g = 0.0 + p->adj[bk.sum[2]];
+        /* a slot nobody else adds to keeps g from tile to tile */
+        if (reverse && sum_on && !shift && !refill)
+            rt_block_fill(p->adj + src, bk.T, g);
+    }
     rt_block_plan_init(&bk, ~0u, &all);
     rt_block_plan_init(&bk, rt_block_recompute(&bk), &loc);
     if (reverse) {
         rev = all;
-        zero = rt_block_first_terms(&bk, &rev);
+        zero = rt_block_first_terms(&bk, &rev, reverse && sum_on ? sum_slot : 0);
     }
     q.code = buf;
-    for (t = 0; t < bk.n; t += bk.T) {
+    rt_block_tiles_init(&bk, &tiles);
+    for (t = 0; (len = rt_block_tiles_next(&bk, &tiles, t)) > 0; t += len) {
         const rt_block_plan *pl = reverse && bk.n - t > 1 ? &rev : &all;
-        len = bk.n - t < bk.T ? bk.n - t : bk.T;
         if (loc.cnt) {
             rt_block_plan_at(&loc, t, len, buf);
             q.n_instr = loc.cnt;
@@ -551,10 +619,24 @@ static void rt_block_backward(const rt_program *p, const int32_t *w,
         }
         if (bk.mask)
             rt_block_zero_slots(p, &bk, pl == &rev ? zero : bk.mask);
+        if (reverse && sum_on) {
+            if (shift) {
+                if (g != 0.0)
+                    rt_k_add_scalar(len, p->adj + src + t, g);
+            } else if (refill || pl != &rev)
+                rt_block_fill(p->adj + src, len, g);
+        }
         rt_block_plan_at(pl, t, len, buf);
         q.n_instr = pl->cnt;
         (void)sweep(&q, 0, pl->cnt);
+        if (!reverse && sum_on) {
+            const double *ts = p->adj + src + (shift ? t : 0);
+            for (i = 0; i < len; i++)
+                tsum += ts[i];
+        }
     }
+    if (!reverse && sum_on)
+        p->adj[bk.sum[2]] = tsum;
 }
 
 RT_NOINLINE static void rt_block_reverse(const rt_program *p, const int32_t *w)
@@ -611,11 +693,16 @@ static int rt_verify_block_members(rt_vctx *vc, const int32_t *w)
     int32_t buf[RT_BLOCK_MAX * RT_WORDS];
     const int64_t pc = vc->pc;
     rt_block bk;
-    int64_t k, len, pass;
+    int64_t k, len, pass, t;
     rt_block_init(&bk, w);
     len = bk.n < bk.T ? bk.n : bk.T;
     for (pass = 0; pass < 2; pass++) {
-        (void)rt_block_tile(&bk, pass ? bk.n - len : 0, len, ~0u, buf);
+        t = pass ? bk.n - len : 0;
+        if (bk.sum != NULL) {           /* a sum block's first and last subtree */
+            t = pass ? rt_block_last_tile(&bk) : 0;
+            len = rt_block_tile_len(&bk, t);
+        }
+        (void)rt_block_tile(&bk, t, len, ~0u, buf);
         for (k = 0; k < bk.m; k++) {
             vc->pc = pc + 1 + k;
             if (!rt_verify_instr(vc, buf + k * RT_WORDS))

@@ -1,5 +1,7 @@
-"""ctape.bind(x, g) as one C call (compiled._OneCall, rt_bound_value_and_grad):
-the programs it serves, its bits, rt.value after it, threads, pickling."""
+"""ctape.bind(x, g) as one C call -- checked.c's Bound (compiled._BoundCall)
+or, without revtape._checked, a partial of rt_bound_value_and_grad
+(compiled._OneCall): the programs it serves, its bits, rt.value after it,
+threads, pickling.  Every test runs on both paths (the `path` fixture)."""
 
 import copy
 import pickle
@@ -16,6 +18,21 @@ def _bits(a):
     return np.asarray(a, dtype=np.float64).view(np.int64)
 
 
+@pytest.fixture(params=["c", "cffi"], autouse=True)
+def path(request, monkeypatch):
+    """"c": checked.c's Bound serves bind(); "cffi": the module is taken away
+    and bind() falls back to the cffi partial (or the Python frame)."""
+    if request.param == "c" and compiled._BoundCall is None:
+        pytest.skip("revtape._checked is not built")
+    if request.param == "cffi":
+        monkeypatch.setattr(compiled, "_BoundCall", None)
+    return request.param
+
+
+def _one_call(path):
+    return compiled._BoundCall if path == "c" else compiled._OneCall
+
+
 def _guarded(x):
     return np.sum(x ** 2) if x[0] > 0 else np.sum(x)
 
@@ -23,12 +40,12 @@ def _guarded(x):
 @pytest.mark.parametrize("make", [workloads.eight_schools, lambda: workloads.rosenbrock_loop(n=20),
                                   lambda: workloads.logreg(N=50, D=5)],
                          ids=["eight-schools", "rosenbrock-loop", "logreg"])
-def test_one_call_bind_gives_the_checked_calls_bits(make, rng):
+def test_one_call_bind_gives_the_checked_calls_bits(make, rng, path):
     wl = make()
     ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
     xb, gb = wl.x0.copy(), np.empty_like(wl.x0)
     run = ct.bind(xb, gb)
-    assert isinstance(run, compiled._OneCall)
+    assert isinstance(run, _one_call(path))
     for k in range(5):
         xb[:] = wl.x0 + 0.3 * rng.normal(size=xb.size)
         if k == 4:
@@ -39,18 +56,20 @@ def test_one_call_bind_gives_the_checked_calls_bits(make, rng):
         assert _bits(v) == _bits(v2) and np.array_equal(_bits(gb), _bits(g2))
 
 
-def test_programs_that_can_raise_keep_the_python_bound_call():
+def test_programs_that_can_raise_keep_the_python_bound_call(path):
     ct = rt.compile(rt.GradientTape(_guarded, np.array([1.0, 2.0])))
     xb, gb = np.array([1.0, 2.0]), np.empty(2)
     run = ct.bind(xb, gb)
-    assert not isinstance(run, compiled._OneCall)
+    # the C call raises through CompiledTape._status; the cffi partial cannot
+    assert isinstance(run, compiled._BoundCall) if path == "c" else \
+        not isinstance(run, compiled._OneCall)
     assert run() == 5.0
     xb[0] = -1.0
     with pytest.raises(rt.BranchChanged):
         run()
 
 
-def test_rt_value_follows_the_last_replay_whichever_path_made_it():
+def test_rt_value_follows_the_last_replay_whichever_path_made_it(path):
     f = lambda x: np.sum(np.sin(x) * x)
     x0, x1, x2, x3 = (np.array(v) for v in ([0.1, 0.2], [1.0, -2.0], [0.5, 0.25], [3.0, 1.0]))
     tape = rt.GradientTape(f, x0)
@@ -58,7 +77,7 @@ def test_rt_value_follows_the_last_replay_whichever_path_made_it():
     ct.gradient(x1)                                   # not yet pulled when bind() starts
     xb, g = x2.copy(), np.empty(2)
     run = ct.bind(xb, g)
-    assert isinstance(run, compiled._OneCall)
+    assert isinstance(run, _one_call(path))
     assert rt.value(tape.output) == f(x1)             # the replay before bind()
     run()
     assert rt.value(tape.output) == pytest.approx(f(x2))

@@ -96,14 +96,22 @@ def test_blocked_program_equals_unfused_bit_for_bit(name, monkeypatch):
     _assert_same_bits(tape, fused, unfused, x0)
 
 
-def test_tile_local_results_leave_the_arena(monkeypatch):
+@pytest.mark.parametrize("closing_sum", [False, True])
+def test_tile_local_results_leave_the_arena(closing_sum, monkeypatch):
+    monkeypatch.setattr(blocks, "SUM_BLOCKS", closing_sum)
     x0 = np.linspace(-1, 1, N)
     _, fused, unfused = _pair(FAMILIES["rosenbrock"], x0, monkeypatch)
     s = fused.stats()
-    assert s["tile_local_results"] == 4              # SQUARE, SQDIFF, SUB_SV, SQUARE
-    # inputs, constants, the AXPY's result, the sum, 4 scratch slots of 32,
-    # and the padding that starts the AXPY's result and the scratch on lines
-    base = N + 2 + (N - 1) + 1 + 4 * 32
+    if closing_sum:
+        # the sum closes the block (tests/test_block_sum.py): the AXPY's
+        # result is tile-local too, 5 slots of blocks.sum_tile(32) = 128
+        assert s["tile_local_results"] == 5
+        base = N + 2 + 1 + 5 * 128
+    else:
+        assert s["tile_local_results"] == 4          # SQUARE, SQDIFF, SUB_SV, SQUARE
+        # inputs, constants, the AXPY's result, the sum, 4 scratch slots of 32,
+        # and the padding that starts the AXPY's result and the scratch on lines
+        base = N + 2 + (N - 1) + 1 + 4 * 32
     assert base <= s["arena_values"] < base + 2 * blocks.ALIGN
     assert unfused.stats()["arena_values"] == N + 2 + 5 * (N - 1) + 1
 
@@ -222,7 +230,10 @@ def test_first_terms_into_tile_local_slots(name, monkeypatch):
 
 @pytest.mark.parametrize("n", [32 * 4 + 1, 32 * 4 + 2, 33])
 def test_one_element_last_tile(n, monkeypatch):
-    # a last tile of one element runs the VM's scalar paths: zeroed slots there
+    # a last tile of one element runs the VM's scalar paths: zeroed slots
+    # there (a sum block's tiles are subtrees of the pairwise sum, never one
+    # element: the sum stays outside here)
+    monkeypatch.setattr(blocks, "SUM_BLOCKS", False)
     x0 = np.random.default_rng(n).uniform(-1.2, 1.2, n + 1)
     tape, fused, unfused = _pair(FAMILIES["rosenbrock"], x0, monkeypatch)
     assert fused.stats()["tiled_blocks"] == 1

@@ -52,6 +52,10 @@
  * verifier checks each member as its first and its last tile run it.
  * The sweeps' cases are in vm.c (they run the sweep itself over the member
  * words of one tile); this file holds the tiling and the verify functions.
+ *
+ * A sum block's last member word is a REDUCE_SUM of one earlier member's
+ * whole result (rt_block_init below: it is not one of the m members the
+ * tiles run, and its tiles are the pairwise summation's subtrees).
  */
 
 /* Most members one block may hold (the tile's words live on the stack; the
@@ -83,6 +87,7 @@ typedef struct {
     int64_t n, m, T;
     int64_t s0, s1;         /* the scratch [s0, s1): one T-slot per tile-local member */
     uint32_t mask;          /* bit k: member k's result is tile-local */
+    const int32_t *sum;     /* a sum block's closing REDUCE_SUM (NULL: none; m excludes it) */
 } rt_block;
 
 static inline int rt_block_popcount(uint32_t x)
@@ -100,6 +105,93 @@ static inline void rt_block_init(rt_block *bk, const int32_t *w)
     bk->mask = (uint32_t)w[5];
     bk->s0 = bk->mask ? w[4] : 0;
     bk->s1 = bk->s0 + (int64_t)rt_block_popcount(bk->mask) * bk->T;
+    bk->sum = NULL;
+    if (bk->m >= 2 && (bk->mem[(bk->m - 1) * RT_WORDS] & RT_OPCODE_MASK) == RT_OP_REDUCE_SUM) {
+        bk->sum = bk->mem + (bk->m - 1) * RT_WORDS;
+        bk->m--;
+    }
+}
+
+/* A sum block: the last member is np.sum of an earlier member's whole
+ * result (REDUCE_SUM, one segment of n), so that result need not go
+ * through the arena (it may be tile-local) nor its adjoint be zeroed and
+ * filled with the sum's adjoint in a pass of its own.  The tiles are then
+ * the subtrees of numpy's pairwise summation (kernels.c rt_k_pairwise_sum:
+ * n > 128 splits at n / 2 rounded down to a multiple of 8) that hold at
+ * most T elements, the largest such: each tile's sum is the kernel's sum of
+ * that subtree, and the forward adds the tiles' sums as the recursion adds
+ * its halves, so the result has the unfused sum's bits.  T >= 128 (the
+ * verifier's rule) keeps every split above a tile numpy's own split. */
+#define RT_BLOCK_SUM_MIN_T 128
+
+static inline int64_t rt_block_split(int64_t n)
+{
+    const int64_t n2 = n / 2;
+    return n2 - n2 % 8;
+}
+
+/* The length of the tile that starts at element t (t: a tile's start). */
+static inline int64_t rt_block_tile_len(const rt_block *bk, int64_t t)
+{
+    int64_t lo = 0, n = bk->n;
+    if (bk->sum == NULL)
+        return n - t < bk->T ? n - t : bk->T;
+    while (n > bk->T) {
+        const int64_t n2 = rt_block_split(n);
+        if (t < lo + n2)
+            n = n2;
+        else {
+            lo += n2;
+            n -= n2;
+        }
+    }
+    return n;
+}
+
+/* The tiles in ascending order: the subtrees still to visit on a stack
+ * (each split pops one and pushes two: at most 64 deep for n < 2^63),
+ * which costs less per tile than descending from the root each time. */
+typedef struct {
+    int64_t lo[64], n[64];
+    int top;
+} rt_block_tiles;
+
+static inline void rt_block_tiles_init(const rt_block *bk, rt_block_tiles *it)
+{
+    it->lo[0] = 0;
+    it->n[0] = bk->n;
+    it->top = bk->n > 0;
+}
+
+/* The next tile's length (its start: the previous tile's end), 0 at the end. */
+static inline int64_t rt_block_tiles_next(const rt_block *bk, rt_block_tiles *it, int64_t t)
+{
+    if (bk->sum == NULL)
+        return t < bk->n ? (bk->n - t < bk->T ? bk->n - t : bk->T) : 0;
+    while (it->top > 0) {
+        const int k = --it->top;
+        const int64_t lo = it->lo[k], n = it->n[k], n2 = rt_block_split(n);
+        if (n <= bk->T)
+            return n;
+        it->lo[k] = lo + n2;                /* the right half, then the left on top */
+        it->n[k] = n - n2;
+        it->lo[k + 1] = lo;
+        it->n[k + 1] = n2;
+        it->top = k + 2;
+    }
+    return 0;
+}
+
+/* The start of a sum block's last tile. */
+static inline int64_t rt_block_last_tile(const rt_block *bk)
+{
+    int64_t lo = 0, n = bk->n;
+    while (n > bk->T) {
+        const int64_t n2 = rt_block_split(n);
+        lo += n2;
+        n -= n2;
+    }
+    return lo;
 }
 
 /* The words of the members in `pick` (bit k: member k) restricted to
@@ -165,6 +257,61 @@ static inline int rt_block_overlaps(int64_t o1, int64_t l1, int64_t o2, int64_t 
     return l1 > 0 && l2 > 0 && o1 < o2 + l2 && o2 < o1 + l1;
 }
 
+/* A sum block's REDUCE_SUM (the last member word): one segment of the
+ * block's n elements of an earlier member's whole result, its adjoint
+ * flag the only one; its one-element result outside the scratch and
+ * everything the other members read or write (the forward writes it after
+ * the last tile, the reverse reads its adjoint before the first).  Then
+ * the word itself, its operand being the member's region (a slot: T
+ * elements). */
+static int rt_verify_instr(rt_vctx *vc, const int32_t *w);
+
+static int rt_block_verify_sum(rt_vctx *vc, const rt_block *bk)
+{
+    const int32_t *u = bk->sum;
+    const int64_t n = bk->n, o = u[2];
+    int32_t word[RT_WORDS];
+    int64_t i, j, src = -1;
+    if ((bk->mask >> bk->m) & 1)
+        return rt_vfail(vc, "the closing sum's result is marked tile-local");
+    if (bk->T < RT_BLOCK_SUM_MIN_T)
+        return rt_vfail(vc, "a block closed by a sum needs tiles of >= %d elements, not %lld",
+                        RT_BLOCK_SUM_MIN_T, (long long)bk->T);
+    if (u[0] < 0 || ((uint32_t)u[0] >> RT_FLAGS_SHIFT) & ~1u)
+        return rt_vfail(vc, "the closing sum's op word 0x%08lx has flags beyond bit 0",
+                        (unsigned long)(uint32_t)u[0]);
+    if (u[1] != 1 || u[4] != n)
+        return rt_vfail(vc, "the closing sum is %lld segments of %lld elements, not one of %lld",
+                        (long long)u[1], (long long)u[4], (long long)n);
+    for (i = 0; i < bk->m; i++)
+        if (bk->mem[i * RT_WORDS + 2] == u[3])
+            src = i;
+    if (src < 0)
+        return rt_vfail(vc, "the closing sum reads @%lld, not a member's whole result",
+                        (long long)u[3]);
+    if (rt_block_overlaps(o, 1, bk->s0, bk->s1 - bk->s0))
+        return rt_vfail(vc, "the closing sum's result lies in the scratch");
+    for (i = 0; i < bk->m; i++) {
+        const int32_t *v = bk->mem + i * RT_WORDS;
+        const int32_t op = v[0] & RT_OPCODE_MASK;
+        if (op < 0 || op >= RT_NUM_OPS)
+            continue;                       /* refused with the members */
+        if (rt_block_overlaps(v[2], (bk->mask >> i) & 1 ? 0 : n, o, 1))
+            return rt_vfail(vc, "the closing sum's result overlaps member %lld's",
+                            (long long)i);
+        for (j = 1; j < 4; j++)           /* (a slot operand: the scratch, checked above) */
+            if (((rt_block_used[op] >> j) & 1)
+                && !(v[2 + j] >= bk->s0 && v[2 + j] < bk->s1)
+                && rt_block_overlaps(v[2 + j], (rt_block_shift[op] >> j) & 1 ? n : 1, o, 1))
+                return rt_vfail(vc, "member %lld reads the closing sum's result",
+                                (long long)i);
+    }
+    for (j = 0; j < RT_WORDS; j++)
+        word[j] = u[j];
+    word[4] = (int32_t)((bk->mask >> src) & 1 ? bk->T : n);
+    return rt_verify_instr(vc, word);
+}
+
 /* The block's own words, its members' kinds and dataflow, its scratch and
  * its ENDBLOCK.  (vm.c then checks each member's regions as its first and
  * last tile see them: rt_verify_block_members.) */
@@ -196,7 +343,9 @@ RT_VERIFY_FN(BLOCK)
     rt_block_init(&bk, w);
     if (bk.mask && !rt_vregion(vc, "scratch", bk.s0, bk.s1 - bk.s0, 1))
         return 0;
-    for (k = 0, slot = bk.s0; k < m; k++) {
+    if (bk.sum != NULL && !rt_block_verify_sum(vc, &bk))
+        return 0;
+    for (k = 0, slot = bk.s0; k < bk.m; k++) {
         const int32_t *u = bk.mem + k * RT_WORDS;
         const int32_t op = u[0] & RT_OPCODE_MASK;
         const int local = (bk.mask >> k) & 1;
@@ -235,7 +384,7 @@ RT_VERIFY_FN(BLOCK)
             if (rt_block_overlaps(bk.s0, bk.s1 - bk.s0, off, arr ? n : 1))
                 return rt_vfail(vc, "member %lld: operand %c reads the scratch without being "
                                 "an earlier member's slot", (long long)k, (int)("abc"[j - 1]));
-            for (i = 0; i < m; i++) {
+            for (i = 0; i < bk.m; i++) {
                 const int64_t out = bk.mem[i * RT_WORDS + 2];
                 if (!((bk.mask >> i) & 1) && rt_block_overlaps(out, n, off, arr ? n : 1))
                     return rt_vfail(vc, "member %lld: operand %c overlaps member %lld's output "

@@ -39,6 +39,9 @@
 #include <stdint.h>
 #ifndef _WIN32
 #include <dlfcn.h>
+#include <sched.h>
+#else
+#define sched_yield() ((void)0)     /* never reached: link() finds no VM on Windows */
 #endif
 
 #include "vm.h"
@@ -533,6 +536,235 @@ static PyObject *install(PyObject *module, PyObject *const *args, Py_ssize_t nar
     }
 }
 
+/* ---------------------------------------------------------------- the bound call
+ * ctape.bind(x_buf, g_buf) as an object whose call is C (Bound): no Python
+ * frame and no cffi argument conversion per call, the GIL released around
+ * the replay as everywhere else.  compiled.py checks the buffers' dtype and
+ * shape with the messages users see; Bound re-checks what C relies on --
+ * the exports' lengths against the program's n_in/n_grad, alignment, C
+ * order, g writeable, no overlap -- and holds both exports (the arrays stay
+ * alive and numpy refuses to resize them) and the program's export for as
+ * long as it lives.  Its call:
+ *
+ *   - runs rt_value_and_grad at the bound pointers; RT_BUSY (another thread
+ *     holds the program) is waited for when `wait` is true (programs whose
+ *     replay cannot run Python, as rt_bound_value_and_grad waits) and
+ *     otherwise reported like any other status;
+ *   - RT_OK_HOT (native="auto" crossed its budget) calls on_hot();
+ *   - any other status calls fail(status), which raises the error the
+ *     Python paths raise (compiled.py CompiledTape._status);
+ *   - after a successful replay stores mark_id into the tape's _FastMarks
+ *     cell (rt.value(tape.output) reads which arena the replay ran in);
+ *   - returns the value as a float. */
+typedef struct {
+    PyObject_HEAD
+    rt_program *p;           /* prog.buf */
+    double *x, *g;           /* xb.buf, gb.buf */
+    int64_t *cell;           /* cellb.buf or NULL */
+    int64_t mark_id;
+    int wait;
+    Py_buffer prog, xb, gb, cellb;
+    PyObject *ctape;         /* what the call serves (its `ctape` attribute) */
+    PyObject *on_hot;        /* callable or None */
+    PyObject *fail;          /* callable(status): raises */
+    PyObject *weaklist;      /* _FastMarks.binds holds bound calls weakly */
+} Bound;
+
+static int bound_traverse(Bound *b, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE((PyObject *)b));
+    Py_VISIT(b->prog.obj);
+    Py_VISIT(b->xb.obj);
+    Py_VISIT(b->gb.obj);
+    Py_VISIT(b->cellb.obj);
+    Py_VISIT(b->ctape);
+    Py_VISIT(b->on_hot);
+    Py_VISIT(b->fail);
+    return 0;
+}
+
+/* Run only on an unreachable Bound (no call of it is running): the pointers
+ * go with the exports, and a call after this (nothing can make one) finds
+ * p == NULL. */
+static int bound_clear(Bound *b)
+{
+    b->p = NULL;
+    b->x = b->g = NULL;
+    b->cell = NULL;
+    if (b->cellb.obj != NULL)
+        PyBuffer_Release(&b->cellb);
+    if (b->gb.obj != NULL)
+        PyBuffer_Release(&b->gb);
+    if (b->xb.obj != NULL)
+        PyBuffer_Release(&b->xb);
+    if (b->prog.obj != NULL)
+        PyBuffer_Release(&b->prog);
+    Py_CLEAR(b->ctape);
+    Py_CLEAR(b->on_hot);
+    Py_CLEAR(b->fail);
+    return 0;
+}
+
+static void bound_dealloc(Bound *b)
+{
+    PyTypeObject *tp = Py_TYPE((PyObject *)b);
+    PyObject_GC_UnTrack(b);
+    if (b->weaklist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)b);
+    bound_clear(b);
+    ((freefunc)PyType_GetSlot(tp, Py_tp_free))(b);
+    Py_DECREF(tp);
+}
+
+/* Whether the export v is n float64 values at an 8-byte aligned address
+ * (the request asked for C-contiguity; the length is checked here). */
+static int flat_doubles(const Py_buffer *v, int64_t n)
+{
+    return v->len == n * 8 && ((uintptr_t)v->buf & 7) == 0;
+}
+
+static PyObject *bound_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
+{
+    PyObject *program, *ctape, *x, *g, *cell, *on_hot, *fail;
+    long long mark_id;
+    int wait;
+    Bound *b;
+    const char *xs, *gs;
+    static char *names[] = {"program", "ctape", "x", "g", "cell", "mark_id", "on_hot", "fail",
+                            "wait", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOLOOp:Bound", names, &program, &ctape, &x,
+                                     &g, &cell, &mark_id, &on_hot, &fail, &wait))
+        return NULL;
+    if (!PyCallable_Check(fail) || (on_hot != Py_None && !PyCallable_Check(on_hot))) {
+        PyErr_SetString(PyExc_TypeError, "Bound: fail must be callable, on_hot callable or None");
+        return NULL;
+    }
+    if (vg_entry == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Bound: rt_value_and_grad is not linked");
+        return NULL;
+    }
+    b = (Bound *)((allocfunc)PyType_GetSlot(tp, Py_tp_alloc))(tp, 0);
+    if (b == NULL)
+        return NULL;
+    /* tp_alloc zeroed the object: every field is NULL until set */
+    if (PyObject_GetBuffer(program, &b->prog, PyBUF_WRITABLE) < 0)
+        goto fail;
+    if (b->prog.len != (Py_ssize_t)sizeof(rt_program) || ((uintptr_t)b->prog.buf & 7) != 0) {
+        PyErr_SetString(PyExc_ValueError, "Bound: program is not an rt_program struct");
+        goto fail;
+    }
+    b->p = (rt_program *)b->prog.buf;
+    if (b->p->out_len != 1) {
+        PyErr_SetString(PyExc_ValueError, "Bound: the program's output is not a scalar");
+        goto fail;
+    }
+    if (PyObject_GetBuffer(x, &b->xb, PyBUF_C_CONTIGUOUS) < 0)
+        goto fail;
+    if (PyObject_GetBuffer(g, &b->gb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        goto fail;
+    xs = (const char *)b->xb.buf;
+    gs = (const char *)b->gb.buf;
+    if (!flat_doubles(&b->xb, b->p->n_in) || !flat_doubles(&b->gb, b->p->n_grad)
+            || b->gb.readonly
+            || (b->xb.len > 0 && b->gb.len > 0 && xs < gs + b->gb.len && gs < xs + b->xb.len)) {
+        PyErr_SetString(PyExc_ValueError, "Bound: x and g must be aligned float64 buffers of "
+                        "the program's input and gradient lengths, g writeable, not overlapping");
+        goto fail;
+    }
+    b->x = (double *)b->xb.buf;
+    b->g = (double *)b->gb.buf;
+    if (cell != Py_None) {
+        if (PyObject_GetBuffer(cell, &b->cellb, PyBUF_WRITABLE) < 0)
+            goto fail;
+        if (b->cellb.len != 8 || ((uintptr_t)b->cellb.buf & 7) != 0 || mark_id <= 0) {
+            PyErr_SetString(PyExc_ValueError, "Bound: cell must be one int64, mark_id > 0");
+            goto fail;
+        }
+        b->cell = (int64_t *)b->cellb.buf;
+        b->mark_id = (int64_t)mark_id;
+    }
+    b->wait = wait;
+    b->ctape = Py_NewRef(ctape);
+    b->on_hot = Py_NewRef(on_hot);
+    b->fail = Py_NewRef(fail);
+    return (PyObject *)b;
+fail:
+    Py_DECREF(b);
+    return NULL;
+}
+
+static PyObject *bound_call(PyObject *self, PyObject *args, PyObject *kw)
+{
+    Bound *b = (Bound *)self;
+    rt_program *p = b->p;
+    double v = 0.0;
+    int st;
+    if (PyTuple_Size(args) != 0 || (kw != NULL && PyDict_Size(kw) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a bound call takes no arguments: it replays at "
+                        "whatever x_buf holds");
+        return NULL;
+    }
+    if (p == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "this bound call was cleared");
+        return NULL;
+    }
+    /* The exports keep both arrays' memory in place while the GIL is off. */
+    Py_BEGIN_ALLOW_THREADS
+    st = vg_entry(p, b->x, &v, b->g);
+    if (st == RT_BUSY && b->wait) {
+        /* the replay holding the program is C that finishes (wait is set only
+         * for programs that never call Python): wait, as rt_bound_value_and_grad */
+        int spins = 0;
+        while ((st = vg_entry(p, b->x, &v, b->g)) == RT_BUSY)
+            if (++spins > 100)
+                sched_yield();
+    }
+    Py_END_ALLOW_THREADS
+    if (st == RT_OK || st == RT_OK_HOT) {
+        if (b->cell != NULL)
+            __atomic_store_n(b->cell, b->mark_id, __ATOMIC_RELAXED);
+        if (st == RT_OK_HOT && b->on_hot != Py_None) {
+            PyObject *r = PyObject_CallNoArgs(b->on_hot);
+            if (r == NULL)
+                return NULL;
+            Py_DECREF(r);
+        }
+        return PyFloat_FromDouble(v);
+    }
+    {
+        PyObject *r = PyObject_CallFunction(b->fail, "i", st);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+        PyErr_Format(PyExc_RuntimeError, "the VM refused a bound call (status %d)", st);
+        return NULL;
+    }
+}
+
+static PyMemberDef bound_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(Bound, weaklist), READONLY, NULL},
+    {"ctape", T_OBJECT, offsetof(Bound, ctape), READONLY,
+     "the CompiledTape this call replays"},
+    {NULL, 0, 0, 0, NULL}
+};
+
+static PyType_Slot bound_slots[] = {
+    {Py_tp_new, bound_new},
+    {Py_tp_dealloc, bound_dealloc},
+    {Py_tp_traverse, bound_traverse},
+    {Py_tp_clear, bound_clear},
+    {Py_tp_call, bound_call},
+    {Py_tp_members, bound_members},
+    {Py_tp_doc, "Bound(program, ctape, x, g, cell, mark_id, on_hot, fail, wait): "
+                "ctape.bind(x_buf, g_buf)'s callable (built by compiled.py)"},
+    {0, NULL}
+};
+
+static PyType_Spec bound_spec = {
+    "revtape._checked.Bound", sizeof(Bound), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE, bound_slots
+};
+
 /* link(path): find rt_value_and_grad in the already loaded library at path
  * (revtape._vm's file).  RTLD_NOLOAD: nothing is loaded that Python's import
  * did not load already.  Returns whether the checked path is on. */
@@ -624,7 +856,17 @@ static int exec_module(PyObject *m)
     state_type = (PyTypeObject *)PyType_FromSpec(&state_spec);
     if (state_type == NULL)
         return -1;
-    return PyModule_AddObjectRef(m, "State", (PyObject *)state_type);
+    if (PyModule_AddObjectRef(m, "State", (PyObject *)state_type) < 0)
+        return -1;
+    {
+        PyObject *bt = PyType_FromSpec(&bound_spec);
+        int r;
+        if (bt == NULL)
+            return -1;
+        r = PyModule_AddObjectRef(m, "Bound", bt);
+        Py_DECREF(bt);
+        return r;
+    }
 }
 
 static PyModuleDef_Slot module_slots[] = {

@@ -26,15 +26,19 @@ the output), since 0 + a + b == 0 + b + a bit for bit (the Rosenbrock
 pattern: d x[i] gets the terms of x[:-1]**2's user, of x[1:] - ..., and of
 1 - x[:-1]).  Anything else is left unfused.
 
-A sum after the block stays outside it on purpose.  Taking REDUCE_SUM in
-(tiles = the largest subtrees of numpy's pairwise summation of <= TILE
-elements, each summed with the same kernel, so bit-identical; the summed
-result then tile-local) was built and measured on rosenbrock-vec (n=1e4):
-0-20% slower than leaving it out, at tiles of 256-2048.  The result's
-10^4 values fit in L2, so the pass it saves is cheap, while the tiles get
-shorter (subtrees, not multiples of TILE) and the reverse recomputes one
-more member per tile.  At n=1e4 the per-tile overhead, not memory, is
-what a block costs.
+A sum right after the block over one member's whole result closes it
+(_closing_sum: a sum block, csrc/instr/block.h).  Its tiles are the largest
+subtrees of numpy's pairwise summation of at most sum_tile(TILE) elements,
+each summed with the same kernel and the tiles' sums added as the
+recursion adds its halves, so the value keeps np.sum's bits; the summed
+result then goes tile-local and its adjoint is written per tile, not
+zeroed and added to in passes over n elements.  An earlier attempt (tiles
+of <= TILE, every member recomputed in the reverse, words decoded per
+tile) measured 0-20% slower; with the per-tile costs cut since (decoded
+plans, only what a reverse reads recomputed, first-term writes, a tile
+iterator instead of a descent per tile) and tiles of 256-512 it takes
+rosenbrock-vec's bound replay from ~28 to ~24 us.  REVTAPE_BLOCK_SUM=0
+leaves the sum outside.
 
 Measured since (rosenbrock-vec, rdtsc per phase): a member's run over one
 tile costs ~18 cycles beyond its loop, of which the VM's dispatch is ~4
@@ -45,6 +49,7 @@ nothing measurable while the slots were misaligned and ~2 us of ~31 once
 aligned (now replaced by first-term writes).
 """
 
+import bisect
 import os
 
 import numpy as np
@@ -55,6 +60,9 @@ from .isa import FLAGS_SHIFT, OPCODE_MASK
 # Elements per tile: a member's operands and result for one tile are a few
 # KB, so a block of a handful of members works inside L1 (48 KB).
 TILE = int(os.environ.get("REVTAPE_BLOCK_TILE", "256"))
+# REVTAPE_BLOCK_SUM=0: a sum after a block stays outside it (as before).
+SUM_BLOCKS = os.environ.get("REVTAPE_BLOCK_SUM", "1") != "0"
+SUM_MIN_TILE = 128          # csrc/instr/block.h: RT_BLOCK_SUM_MIN_T
 MAX_MEMBERS = 30            # csrc/instr/block.h: RT_BLOCK_MAX
 ALIGN = 8                   # values a 64-byte cache line holds
 _BLOCK, _ENDBLOCK = ops.OPCODE["BLOCK"], ops.OPCODE["ENDBLOCK"]
@@ -129,9 +137,15 @@ def _later_writes(rows, end, out_off, out_len):
     return regs
 
 
-def _reverse_exact(rows, run, end, out_off, out_len, T):
-    """Does tiling keep every outside adjoint slot's order of contributions?"""
+def _reverse_exact(rows, run, end, out_off, out_len, T, starts=None):
+    """Does tiling keep every outside adjoint slot's order of contributions?
+    (starts: the tiles' first elements when they are not every T-th, a sum
+    block's subtrees)"""
     n = rows[run[0]][1]
+    if starts is None:
+        starts, size = list(range(0, n, T)), T
+    else:
+        size = min(b - a for a, b in zip(starts, starts[1:] + [n]))
     outs = {rows[i][2] for i in run}
     ext = [(pos, k, off) for pos, i in enumerate(run)
            for k, off, arr, need in _operands(rows[i]) if arr and need and off not in outs]
@@ -140,19 +154,20 @@ def _reverse_exact(rows, run, end, out_off, out_len, T):
     if not inverted:
         return True
     spread = max(abs(o1 - o2) for _, o1, _, o2 in inverted)
-    if spread >= T:
+    if spread >= size:
         return False
     later = _later_writes(rows, end, out_off, out_len)
     if later is None:
         return False
-    bounds = list(range(T, n, T))
-    if len(bounds) > 8:
+    bounds = starts[1:]
+    if len(bounds) > 8:         # away from the ends, every boundary looks alike
         bounds = bounds[:2] + bounds[-2:]
     slots = {off + b + d for b in bounds for _, _, off in ext for d in range(-spread - 1, spread + 2)}
     for s in sorted(slots):
         terms = [(pos, s - off, k) for pos, k, off in ext if 0 <= s - off < n]
         plain = sorted(terms, key=lambda t: (-t[0], t[1], t[2]))
-        tiled = sorted(terms, key=lambda t: (t[1] // T, -t[0], t[1], t[2]))
+        tiled = sorted(terms, key=lambda t: (bisect.bisect_right(starts, t[1]), -t[0], t[1],
+                                             t[2]))
         if plain == tiled:
             continue
         starts_at_zero = not any(_overlap(o, ln, s, 1) for o, ln in later)
@@ -161,9 +176,59 @@ def _reverse_exact(rows, run, end, out_off, out_len, T):
     return True
 
 
+def sum_tile(T):
+    """A sum block's T (csrc/instr/block.h: >= 128): its tiles are the
+    pairwise summation's subtrees of at most T elements, i.e. of T/2 .. T
+    elements, so it is twice the other blocks' (tiles of T/2 cost a tile's
+    fixed work twice as often: rosenbrock-vec ran ~4% slower)."""
+    return max(2 * T, SUM_MIN_TILE)
+
+
+def _sum_tiles(n, T):
+    """The first element of each of a sum block's tiles: the largest
+    subtrees of numpy's pairwise summation (kernels.c rt_k_pairwise_sum:
+    n > 128 splits at n // 2 rounded down to a multiple of 8) of at most T
+    elements, in order."""
+    out, todo = [], [(0, n)]
+    while todo:
+        lo, m = todo.pop()
+        if m <= T:
+            out.append(lo)
+            continue
+        m2 = m // 2 - (m // 2) % 8
+        todo += [(lo + m2, m - m2), (lo, m2)]
+    return out
+
+
+def _closing_sum(rows, run, out_off, out_len, T):
+    """The sum block's T when the instruction after `run` is np.sum of a
+    member's whole result that may close the block (the verifier's rules,
+    block.h rt_block_verify_sum, and the reverse order over its tiles),
+    else None."""
+    j = run[-1] + 1
+    if not SUM_BLOCKS or j >= len(rows) or len(run) >= MAX_MEMBERS:
+        return None
+    row, n = rows[j], rows[run[0]][1]
+    if isa.BY_OPCODE[row[0] & OPCODE_MASK].name != "REDUCE_SUM":
+        return None
+    fl = (row[0] & 0xFFFFFFFF) >> FLAGS_SHIFT
+    if row[1] != 1 or row[4] != n or fl & ~1 or row[3] not in {rows[i][2] for i in run}:
+        return None
+    o = row[2]
+    for i in run:
+        if _overlap(rows[i][2], n, o, 1) or any(_overlap(off, n if arr else 1, o, 1)
+                                                for _, off, arr, _ in _operands(rows[i])):
+            return None
+    Ts = sum_tile(T)
+    if not _reverse_exact(rows, run, j + 1, out_off, out_len, Ts, _sum_tiles(n, Ts)):
+        return None
+    return Ts
+
+
 def _runs(rows, out_off, out_len, T):
-    """Member index lists of the blocks to form, in program order."""
-    runs, i, N = [], 0, len(rows)
+    """Member index lists of the blocks to form, in program order, and
+    their tiles (T, or a sum block's)."""
+    runs, tiles, i, N = [], [], 0, len(rows)
     while i < N:
         if not _member(rows[i], T):
             i += 1
@@ -176,11 +241,15 @@ def _runs(rows, out_off, out_len, T):
         while len(run) >= 2 and not _reverse_exact(rows, run, run[-1] + 1, out_off, out_len, T):
             run.pop()
         if len(run) >= 2:
+            Ts = _closing_sum(rows, run, out_off, out_len, T)
+            if Ts is not None:
+                run.append(run[-1] + 1)
             runs.append(run)
+            tiles.append(T if Ts is None else Ts)
             i = run[-1] + 1
         else:
             i += 1
-    return runs
+    return runs, tiles
 
 
 # Members whose results may live in a tile's scratch: cheap enough that the
@@ -253,7 +322,7 @@ def apply(prog, tile=None):
     if code.shape[0] < 2 or int(code[:, 1].max()) <= T:
         return prog
     rows = code.tolist()
-    runs = _runs(rows, prog.out_off, prog.out_len, T)
+    runs, tiles = _runs(rows, prog.out_off, prog.out_len, T)
     if not runs:
         return prog
     reads = _reads(rows, prog.ints.tolist())
@@ -280,7 +349,7 @@ def apply(prog, tile=None):
     n_vals = prog.n_vals + int(shift[-1])
     s0 = n_vals + (-n_vals) % ALIGN if locs and any(locs) else n_vals
     n_vals = s0
-    scratch = max((len(loc) for loc in locs), default=0) * T
+    scratch = max((len(loc) * Tk for loc, Tk in zip(locs, tiles)), default=0)
 
     def move(x):
         # the offset of a kept region once the tile-local ones are gone and
@@ -304,21 +373,22 @@ def apply(prog, tile=None):
                 c, n = row[5], row[1]
                 ints[c:c + n] = [move(e) if e >= 0 else ~move(~e) for e in ints[c:c + n].tolist()]
     out, prev = [], 0
-    for run, loc in zip(runs, locs):
+    for run, loc, Tk in zip(runs, locs, tiles):
         lo, hi = run[0], run[-1] + 1
         out.extend(new[prev:lo])
         n, m = rows[lo][1], hi - lo
-        slot = {rows[k][2]: s0 + j * T for j, k in enumerate(loc)}
+        slot = {rows[k][2]: s0 + j * Tk for j, k in enumerate(loc)}
         members = []
         for k in range(lo, hi):
             r = list(new[k])
             for w, i in (("out", 2), ("a", 3), ("b", 4), ("c", 5)):
-                if getattr(kinds[k], w) == "n" and rows[k][i] in slot:
+                # (a closing sum's operand, n*b, may be a slot too)
+                if getattr(kinds[k], w) in ("n", "n*b") and rows[k][i] in slot:
                     r[i] = slot[rows[k][i]]
             members.append(r)
         mask = sum(1 << (k - lo) for k in loc)
         fl = int(any((r[0] & 0xFFFFFFFF) >> FLAGS_SHIFT for r in rows[lo:hi])) << FLAGS_SHIFT
-        words = [n, m, T, s0 if mask else 0, mask]
+        words = [n, m, Tk, s0 if mask else 0, mask]
         out.append([_BLOCK | fl] + words)
         out.extend(members)
         out.append([_ENDBLOCK | fl] + words)

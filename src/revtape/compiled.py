@@ -953,6 +953,8 @@ class CompiledTape:
             raise InputError("x_buf and g_buf must not overlap")
         p, vg, status, tape, arena = self._p, self._vgf, self._status, self._tape, \
             self._arena
+        if _BoundCall is not None:
+            return self._bind_c(x_buf, g_buf)
         xp, gp = ffi.from_buffer("double[]", x_buf), ffi.from_buffer("double[]", g_buf)
         if self._one_call_ok():
             return self._bind_one_call(xp, gp)
@@ -1012,6 +1014,35 @@ class CompiledTape:
             b.mark, b.mark_id = marks.cell, marks.id_of(self._arena)
             keep.append(marks)
         call = _OneCall(lib.rt_bound_value_and_grad, b, keep)
+        if tape is not None:
+            marks.bound(self._arena, call)
+        return call
+
+    def _bind_c(self, x_buf, g_buf):
+        """bind() as checked.c's Bound (a _BoundCall): the call is C -- no Python
+        frame, no cffi conversion -- with the semantics of the two Python-side
+        binds below: RT_BUSY waited for where _bind_one_call waits (programs
+        whose replay cannot run Python) and raised as ConcurrentUseError
+        otherwise, RT_OK_HOT starting the native build, every other status
+        raising through _status, each replay marked in the tape's _FastMarks."""
+        cell, mark_id = None, 0
+        tape = self._tape
+        if tape is not None:
+            marks = tape._fast_marks
+            if marks is None:
+                marks = tape._fast_marks = _FastMarks()
+                if tape._replayed_by is not None:      # a compiled replay not yet pulled
+                    marks.mark(tape._replayed_by)
+                tape._replayed_by = marks
+            cell, mark_id = ffi.buffer(marks.cell), marks.id_of(self._arena)
+        status = self._status
+
+        def fail(st):
+            # a guard's report replays at the bound x (the Bound's export holds it)
+            status(st, ffi.from_buffer("double[]", x_buf))
+
+        call = _BoundCall(ffi.buffer(self._p), self, x_buf, g_buf, cell, mark_id,
+                          _partial(_bind_hot, self), fail, self._one_call_ok())
         if tape is not None:
             marks.bound(self._arena, call)
         return call
@@ -1208,7 +1239,8 @@ if _checked is not None:
 
 class _OneCall(_partial):
     """ctape.bind(x_buf, g_buf) as one C call (a functools.partial of
-    rt_bound_value_and_grad, called without a Python frame).  Holds the
+    rt_bound_value_and_grad, called without a Python frame) where
+    revtape._checked is missing (_BoundCall serves otherwise).  Holds the
     compiled tape, the buffers' pointers and the rt_bound struct alive;
     refuses to pickle, as every bound callable does."""
 
@@ -1222,6 +1254,33 @@ class _OneCall(_partial):
 
     def __deepcopy__(self, memo):
         return self
+
+
+def _bind_hot(ct):
+    """A C bound call's replay crossed native="auto"'s budget: queue the native
+    build (as rt_py_hot: the VM keeps serving whatever happens)."""
+    try:
+        from . import native as _native
+        _native.hot(ct)
+    except Exception:            # noqa: BLE001 - the replay succeeded; it is returned
+        pass
+
+
+if _checked is not None:
+    class _BoundCall(_checked.Bound):
+        """ctape.bind(x_buf, g_buf) as checked.c's Bound: a call with no Python
+        frame.  Refuses to pickle, as every bound callable does; deepcopy gives
+        itself (it holds the buffers, which a copy could not share safely)."""
+
+        __slots__ = ()
+
+        def __reduce__(self):
+            _BoundPin().__reduce__()
+
+        def __deepcopy__(self, memo):
+            return self
+else:                                                     # pragma: no cover
+    _BoundCall = None
 
 
 class _FastMarks:
