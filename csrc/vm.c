@@ -1008,10 +1008,10 @@ vm_next:
  * around the array kernels' calls.  The scalar path runs such programs from
  * a dispatch index (p->scalar_index, which rt_verify builds from the words
  * it accepted): entry 1 + pc holds instruction pc's forward handler in bits
- * 0..7 and its reverse handler in bits 8..15 (one reverse handler per
+ * 0..7 and its reverse handler in bits 16..31 (one reverse handler per
  * adjoint-flag combination, so no flag is tested; SKIP without flags).
  * Any other instruction belongs to a run of them that the general sweep
- * runs in one call: the run's length is in bits 16..31 of its first entry
+ * runs in one call: the run's length is in bits 8..15 of its first entry
  * (the forward's RUN) and of its last (the reverse's RUN); a run holds
  * whole blocks.  Entries 0 and n_instr + 1 end the reverse and the forward.
  *
@@ -1027,9 +1027,7 @@ vm_next:
  * floats are made of) run as one handler, one after the other, with the
  * single handlers' bodies: one dispatch instead of two, which measured ~1 ns
  * (about an instruction's own work) each on eight-schools.  Pairs are taken
- * greedily from the start.  Reverse pairs were built and measured slower
- * (their flag tests cost more than the dispatch they save), so the reverse
- * keeps one handler per instruction and flag combination.
+ * greedily from the start.  (The reverse has its own pairs, below.)
  * X(handler, op-table name, U unary / B binary / H hand). */
 #define RT_PAIR_OPS(X) \
     X(SQUARE, SQUARE, U) \
@@ -1080,19 +1078,110 @@ enum {
 #define RT_SR_ENUM3_(NAME, ...) RT_SR_##NAME##_1, RT_SR_##NAME##_2, RT_SR_##NAME##_3,
 #define RT_SR_ENUM7_(NAME, ...) RT_SR_##NAME##_1, RT_SR_##NAME##_2, RT_SR_##NAME##_3, \
     RT_SR_##NAME##_4, RT_SR_##NAME##_5, RT_SR_##NAME##_6, RT_SR_##NAME##_7,
+/* Reverse pairs.  In the reverse sweep, two adjacent one-element
+ * instructions whose reverse handlers are both in this list run as one
+ * handler: the later instruction's body, then the earlier's, as two
+ * handlers would.  Each entry is one op with one flag combination, so a
+ * pair tests no flag: an earlier version whose pairs tested their flags at
+ * run time was slower than single handlers; these made rosenbrock-loop's
+ * replay ~6% faster.  eight-schools' reverse waits on its adjoint chains
+ * rather than on dispatch: there the pair's second body taking its
+ * adjoint from the first's register (SR_R1BODY_) made the replay ~9%
+ * faster.  Pairs are taken greedily from the end; the pair's handler sits
+ * on the later instruction's entry.
+ * 18 entries, 324 pairs: the ops Python loops over floats are made of with
+ * the flag combinations they take (a constant operand has no flag).
+ * X(handler, op-table name, U unary / B binary / H hand, adjoint flags). */
+#define RT_RPAIR_OPS(X) \
+    X(SQUARE, SQUARE, U, 1) \
+    X(NEG, NEG, U, 1) \
+    X(EXP, EXP, U, 1) \
+    X(LOG, LOG, U, 1) \
+    X(ADD_1, ADD, B, 1) \
+    X(ADD_2, ADD, B, 2) \
+    X(ADD_3, ADD, B, 3) \
+    X(SUB_1, SUB, B, 1) \
+    X(SUB_2, SUB, B, 2) \
+    X(SUB_3, SUB, B, 3) \
+    X(MUL_1, MUL, B, 1) \
+    X(MUL_2, MUL, B, 2) \
+    X(MUL_3, MUL, B, 3) \
+    X(DIV_1, DIV, B, 1) \
+    X(AXPY_5, AXPY, H, 5) \
+    X(AXPY_7, AXPY, H, 7) \
+    X(SQDIFF_2, SQDIFF, H, 2) \
+    X(SQDIFF_3, SQDIFF, H, 3)
+#define RT_RPAIR_ROW(X, H1, N1, K1, F1) \
+    X(H1, N1, K1, F1, SQUARE, SQUARE, U, 1) \
+    X(H1, N1, K1, F1, NEG, NEG, U, 1) \
+    X(H1, N1, K1, F1, EXP, EXP, U, 1) \
+    X(H1, N1, K1, F1, LOG, LOG, U, 1) \
+    X(H1, N1, K1, F1, ADD_1, ADD, B, 1) \
+    X(H1, N1, K1, F1, ADD_2, ADD, B, 2) \
+    X(H1, N1, K1, F1, ADD_3, ADD, B, 3) \
+    X(H1, N1, K1, F1, SUB_1, SUB, B, 1) \
+    X(H1, N1, K1, F1, SUB_2, SUB, B, 2) \
+    X(H1, N1, K1, F1, SUB_3, SUB, B, 3) \
+    X(H1, N1, K1, F1, MUL_1, MUL, B, 1) \
+    X(H1, N1, K1, F1, MUL_2, MUL, B, 2) \
+    X(H1, N1, K1, F1, MUL_3, MUL, B, 3) \
+    X(H1, N1, K1, F1, DIV_1, DIV, B, 1) \
+    X(H1, N1, K1, F1, AXPY_5, AXPY, H, 5) \
+    X(H1, N1, K1, F1, AXPY_7, AXPY, H, 7) \
+    X(H1, N1, K1, F1, SQDIFF_2, SQDIFF, H, 2) \
+    X(H1, N1, K1, F1, SQDIFF_3, SQDIFF, H, 3)
+#define RT_RPAIRS(X) \
+    RT_RPAIR_ROW(X, SQUARE, SQUARE, U, 1) \
+    RT_RPAIR_ROW(X, NEG, NEG, U, 1) \
+    RT_RPAIR_ROW(X, EXP, EXP, U, 1) \
+    RT_RPAIR_ROW(X, LOG, LOG, U, 1) \
+    RT_RPAIR_ROW(X, ADD_1, ADD, B, 1) \
+    RT_RPAIR_ROW(X, ADD_2, ADD, B, 2) \
+    RT_RPAIR_ROW(X, ADD_3, ADD, B, 3) \
+    RT_RPAIR_ROW(X, SUB_1, SUB, B, 1) \
+    RT_RPAIR_ROW(X, SUB_2, SUB, B, 2) \
+    RT_RPAIR_ROW(X, SUB_3, SUB, B, 3) \
+    RT_RPAIR_ROW(X, MUL_1, MUL, B, 1) \
+    RT_RPAIR_ROW(X, MUL_2, MUL, B, 2) \
+    RT_RPAIR_ROW(X, MUL_3, MUL, B, 3) \
+    RT_RPAIR_ROW(X, DIV_1, DIV, B, 1) \
+    RT_RPAIR_ROW(X, AXPY_5, AXPY, H, 5) \
+    RT_RPAIR_ROW(X, AXPY_7, AXPY, H, 7) \
+    RT_RPAIR_ROW(X, SQDIFF_2, SQDIFF, H, 2) \
+    RT_RPAIR_ROW(X, SQDIFF_3, SQDIFF, H, 3)
+#define RT_RPAIR_N 18
+#define RT_RP_ENUM_(H, ...) RT_RP_##H,
+enum { RT_RPAIR_OPS(RT_RP_ENUM_) RT_RP_COUNT_ };
+typedef char rt_rpair_list_has_rt_rpair_n_entries_[RT_RP_COUNT_ == RT_RPAIR_N ? 1 : -1];
+#define RT_SR_ENUMP_(H1, N1, K1, F1, H2, ...) RT_SR_P_##H1##__##H2,
 enum {
     RT_SR_END = 0, RT_SR_RUN, RT_SR_SKIP,
     RT_UNARY(RT_SR_ENUM1_) RT_BINARY(RT_SR_ENUM3_) RT_SCALAR_HAND(RT_SR_ENUM7_)
+    RT_SR_PAIRS_,
+    RT_SR_PAIRS_AT_ = RT_SR_PAIRS_ - 1,
+    RT_RPAIRS(RT_SR_ENUMP_)
     RT_SR_COUNT
 };
+#define RT_RPAIR_CHECK_(H1, N1, K1, F1, H2, ...)                              \
+    typedef char rt_rpair_at_##H1##__##H2[                                    \
+        (RT_SR_P_##H1##__##H2 == RT_SR_PAIRS_ + RT_RPAIR_N * RT_RP_##H1 + RT_RP_##H2) ? 1 : -1];
+RT_RPAIRS(RT_RPAIR_CHECK_)
 /* Pair (H1, H2) is handler RT_SF_PAIRS_ + RT_PAIR_N * position(H1) + position(H2)
  * (rt_scalar_pair computes it so). */
 #define RT_PAIR_CHECK_(H1, N1, K1, H2, ...)                                   \
     typedef char rt_pair_at_##H1##__##H2[                                     \
         (RT_SF_P_##H1##__##H2 == RT_SF_PAIRS_ + RT_PAIR_N * RT_PP_##H1 + RT_PP_##H2) ? 1 : -1];
 RT_PAIRS(RT_PAIR_CHECK_)
-typedef char rt_scalar_handlers_fit_a_byte_[(RT_SF_COUNT <= 256 && RT_SR_COUNT <= 256) ? 1 : -1];
-#define RT_SCALAR_RUN_MAX 0xffff
+/* An entry's fields: forward handler in bits 0..7, a run's length in bits
+ * 8..15, reverse handler in bits 16..31 (each handler field one load). */
+#define RT_SX_REV_SHIFT 16
+#define RT_SX_RUN_SHIFT 8
+#define RT_SX_REV(e) ((e) >> RT_SX_REV_SHIFT)
+#define RT_SX_RUN(e) (((e) >> RT_SX_RUN_SHIFT) & 0xff)
+#define RT_SCALAR_RUN_MAX 0xff
+typedef char rt_scalar_handlers_fit_their_fields_[
+    (RT_SF_COUNT <= 256 && RT_SR_COUNT <= 0x10000) ? 1 : -1];
+typedef char rt_scalar_run_holds_a_block_[(RT_BLOCK_MAX + 2 <= RT_SCALAR_RUN_MAX) ? 1 : -1];
 
 /* Instruction w's forward handler, or -1: not a one-element instruction. */
 static int rt_scalar_fwd_handler(const int32_t *w)
@@ -1160,6 +1249,32 @@ static void rt_scalar_pair(const rt_program *p)
     }
 }
 
+/* The position in RT_RPAIR_OPS of reverse handler h, or -1. */
+static int rt_rpair_pos(int h)
+{
+#define RT_RP_POS_(H, ...) if (h == RT_SR_##H) return RT_RP_##H;
+    RT_RPAIR_OPS(RT_RP_POS_)
+#undef RT_RP_POS_
+    return -1;
+}
+
+/* Marks the reverse pairs in a filled index, on the later instruction's
+ * entry. */
+static void rt_scalar_rpair(const rt_program *p)
+{
+    uint32_t *const ix = p->scalar_index + 1;
+    int64_t pc;
+    int p1, p2;
+    for (pc = p->n_instr - 1; pc >= 1; pc--) {
+        if ((p1 = rt_rpair_pos((int)RT_SX_REV(ix[pc]))) >= 0
+            && (p2 = rt_rpair_pos((int)RT_SX_REV(ix[pc - 1]))) >= 0) {
+            ix[pc] = (ix[pc] & 0xffff)
+                     | (uint32_t)(RT_SR_PAIRS_ + RT_RPAIR_N * p1 + p2) << RT_SX_REV_SHIFT;
+            pc--;
+        }
+    }
+}
+
 /* Fills p->scalar_index from p's verified words; returns 1 when the
  * program has a one-element instruction (else the general sweeps run). */
 static int32_t rt_scalar_index_build(const rt_program *p)
@@ -1167,14 +1282,14 @@ static int32_t rt_scalar_index_build(const rt_program *p)
     uint32_t *const ix = p->scalar_index;
     const int64_t N = p->n_instr;
     int64_t pc = 0, n_scalar = 0;
-    ix[0] = (uint32_t)RT_SR_END << 8;
+    ix[0] = (uint32_t)RT_SR_END << RT_SX_REV_SHIFT;
     ix[N + 1] = RT_SF_END;
     while (pc < N) {
         const int32_t *w = p->code + pc * RT_WORDS;
         const int h = rt_scalar_fwd_handler(w);
         int64_t start, m;
         if (h >= 0) {
-            ix[pc + 1] = (uint32_t)h | (uint32_t)rt_scalar_rev_handler(w) << 8;
+            ix[pc + 1] = (uint32_t)h | (uint32_t)rt_scalar_rev_handler(w) << RT_SX_REV_SHIFT;
             n_scalar++;
             pc++;
             continue;
@@ -1190,10 +1305,11 @@ static int32_t rt_scalar_index_build(const rt_program *p)
             w = p->code + pc * RT_WORDS;
         } while (pc < N && rt_scalar_fwd_handler(w) < 0);
         m = pc - start;
-        ix[start + 1] = RT_SF_RUN | (uint32_t)m << 16;
-        ix[pc] |= (uint32_t)RT_SR_RUN << 8 | (uint32_t)m << 16;
+        ix[start + 1] = RT_SF_RUN | (uint32_t)m << RT_SX_RUN_SHIFT;
+        ix[pc] |= (uint32_t)RT_SR_RUN << RT_SX_REV_SHIFT | (uint32_t)m << RT_SX_RUN_SHIFT;
     }
     rt_scalar_pair(p);
+    rt_scalar_rpair(p);
     return n_scalar > 0;
 }
 
@@ -1206,7 +1322,7 @@ static int32_t rt_scalar_index_build(const rt_program *p)
 #define SF_CASE(H) L_SF_##H:
 #define SF_GO goto *sf_labels[*k & 0xff]
 #define SR_CASE(H) L_SR_##H:
-#define SR_GO goto *sr_labels[(*k >> 8) & 0xff]
+#define SR_GO goto *sr_labels[RT_SX_REV(*k)]
 #else
 #define SF_CASE(H) case RT_SF_##H:
 #define SF_GO continue
@@ -1270,7 +1386,7 @@ RT_HOT RT_THREADED static int rt_scalar_forward(rt_program *p)
 #endif
     SF_CASE(END) return RT_OK;
     SF_CASE(RUN) {
-        const int64_t pc = k - k0, m = (int64_t)(*k >> 16);
+        const int64_t pc = k - k0, m = (int64_t)RT_SX_RUN(*k);
         const int st = rt_run_forward_range(p, pc, pc + m);
         if (st != RT_OK)
             return st;
@@ -1293,37 +1409,101 @@ RT_HOT RT_THREADED static int rt_scalar_forward(rt_program *p)
 }
 
 /* Reverse: w is one instruction past the current one (so that it stays
- * inside the words down to instruction 0): its words are W(1) .. W(5). */
-#define W(i) w[(i) - RT_WORDS]
-#define SR_UNARY_(NAME, ...)                                                  \
-    SR_CASE(NAME) {                                                           \
-        const int64_t o = W(2);                                               \
+ * inside the words down to instruction 0): its words start at
+ * w - RT_WORDS. */
+/* The reverse handlers' bodies, also a reverse pair's: P is the
+ * instruction's own words. */
+#define SR_RBODY_U(NAME, FL, P) {                                             \
+        const int64_t o = (P)[2];                                             \
         const double g = d[o];                                                \
         if (RT_LIKELY(g != 0.0)) {                                            \
-            const int64_t a = W(3);                                           \
+            const int64_t a = (P)[3];                                         \
             d[a] += g * rt_sd_##NAME(v[a], v[o]);                             \
         }                                                                     \
-        SR_NEXT                                                               \
     }
-#define SR_BINARY_FL_(NAME, FL)                                               \
-    SR_CASE(NAME##_##FL) {                                                    \
-        const int64_t o = W(2);                                               \
+#define SR_RBODY_B(NAME, FL, P) {                                             \
+        const int64_t o = (P)[2];                                             \
         const double g = d[o];                                                \
         if (RT_LIKELY(g != 0.0)) {                                            \
-            const int64_t a = W(3), b = W(4);                                 \
+            const int64_t a = (P)[3], b = (P)[4];                             \
             const double x = v[a], y = v[b], f = v[o];                        \
             (void)x; (void)y; (void)f;                                        \
             if ((FL) & 1) d[a] += g * rt_sdx_##NAME(x, y, f);                 \
             if ((FL) & 2) d[b] += g * rt_sdy_##NAME(x, y, f);                 \
         }                                                                     \
-        SR_NEXT                                                               \
     }
+#define SR_RBODY_H(NAME, FL, P) \
+    rt_srev_##NAME(FL, v, d, ints, (P)[1], (P)[2], (P)[3], (P)[4], (P)[5]);
+#define SR_UNARY_(NAME, ...) SR_CASE(NAME) { SR_RBODY_U(NAME, 1, w - RT_WORDS) SR_NEXT }
+#define SR_BINARY_FL_(NAME, FL) \
+    SR_CASE(NAME##_##FL) { SR_RBODY_B(NAME, FL, w - RT_WORDS) SR_NEXT }
 #define SR_BINARY_(NAME, ...) SR_BINARY_FL_(NAME, 1) SR_BINARY_FL_(NAME, 2) SR_BINARY_FL_(NAME, 3)
 #define SR_HAND_FL_(NAME, FL) \
-    SR_CASE(NAME##_##FL) { rt_srev_##NAME(FL, v, d, ints, W(1), W(2), W(3), W(4), W(5)); SR_NEXT }
+    SR_CASE(NAME##_##FL) { SR_RBODY_H(NAME, FL, w - RT_WORDS) SR_NEXT }
 #define SR_HAND_(NAME, ...)                                                   \
     SR_HAND_FL_(NAME, 1) SR_HAND_FL_(NAME, 2) SR_HAND_FL_(NAME, 3) SR_HAND_FL_(NAME, 4) \
     SR_HAND_FL_(NAME, 5) SR_HAND_FL_(NAME, 6) SR_HAND_FL_(NAME, 7)
+/* In a pair, the later instruction's body also leaves the slot it wrote
+ * last and the value it stored there in li, lv (li = -1: none, or a hand
+ * instruction's body), and the earlier one takes its g from lv when its
+ * output is that slot: the same value, without waiting for the store to
+ * reach the load (the two are usually a producer and its consumer). */
+#define SR_R1BODY_U(NAME, FL, P) {                                            \
+        const int64_t o = (P)[2];                                             \
+        const double g = d[o];                                                \
+        li = -1;                                                              \
+        if (RT_LIKELY(g != 0.0)) {                                            \
+            const int64_t a = (P)[3];                                         \
+            lv = (d[a] += g * rt_sd_##NAME(v[a], v[o]));                      \
+            li = a;                                                           \
+        }                                                                     \
+    }
+#define SR_R1BODY_B(NAME, FL, P) {                                            \
+        const int64_t o = (P)[2];                                             \
+        const double g = d[o];                                                \
+        li = -1;                                                              \
+        if (RT_LIKELY(g != 0.0)) {                                            \
+            const int64_t a = (P)[3], b = (P)[4];                             \
+            const double x = v[a], y = v[b], f = v[o];                        \
+            (void)x; (void)y; (void)f;                                        \
+            if ((FL) & 1) { lv = (d[a] += g * rt_sdx_##NAME(x, y, f)); li = a; } \
+            if ((FL) & 2) { lv = (d[b] += g * rt_sdy_##NAME(x, y, f)); li = b; } \
+        }                                                                     \
+    }
+#define SR_R1BODY_H(NAME, FL, P) { li = -1; SR_RBODY_H(NAME, FL, P) }
+#define SR_R2G_(o) (o == li ? lv : d[o])
+#define SR_R2BODY_U(NAME, FL, P) {                                            \
+        const int64_t o = (P)[2];                                             \
+        const double g = SR_R2G_(o);                                          \
+        if (RT_LIKELY(g != 0.0)) {                                            \
+            const int64_t a = (P)[3];                                         \
+            d[a] += g * rt_sd_##NAME(v[a], v[o]);                             \
+        }                                                                     \
+    }
+#define SR_R2BODY_B(NAME, FL, P) {                                            \
+        const int64_t o = (P)[2];                                             \
+        const double g = SR_R2G_(o);                                          \
+        if (RT_LIKELY(g != 0.0)) {                                            \
+            const int64_t a = (P)[3], b = (P)[4];                             \
+            const double x = v[a], y = v[b], f = v[o];                        \
+            (void)x; (void)y; (void)f;                                        \
+            if ((FL) & 1) d[a] += g * rt_sdx_##NAME(x, y, f);                 \
+            if ((FL) & 2) d[b] += g * rt_sdy_##NAME(x, y, f);                 \
+        }                                                                     \
+    }
+#define SR_R2BODY_H(NAME, FL, P) SR_RBODY_H(NAME, FL, P)
+#define SR_RPAIR_(H1, N1, K1, F1, H2, N2, K2, F2)                             \
+    SR_CASE(P_##H1##__##H2) {                                                 \
+        int64_t li;                                                           \
+        double lv = 0.0;                                                      \
+        SR_R1BODY_##K1(N1, F1, w - RT_WORDS)                                  \
+        SR_R2BODY_##K2(N2, F2, w - 2 * RT_WORDS)                              \
+        (void)li; (void)lv;                                                   \
+        w -= 2 * RT_WORDS;                                                    \
+        k -= 2;                                                               \
+        SR_GO;                                                                \
+    }
+#define SR_LABELP_(H1, N1, K1, F1, H2, ...) [RT_SR_P_##H1##__##H2] = &&L_SR_P_##H1##__##H2,
 #define SR_LABEL1_(NAME, ...) [RT_SR_##NAME] = &&L_SR_##NAME,
 #define SR_LABEL3_(NAME, ...) [RT_SR_##NAME##_1] = &&L_SR_##NAME##_1,                \
     [RT_SR_##NAME##_2] = &&L_SR_##NAME##_2, [RT_SR_##NAME##_3] = &&L_SR_##NAME##_3,
@@ -1345,14 +1525,15 @@ RT_HOT RT_THREADED static int rt_scalar_reverse(const rt_program *p)
     static const void *const sr_labels[RT_SR_COUNT] = {
         [RT_SR_END] = &&L_SR_END, [RT_SR_RUN] = &&L_SR_RUN, [RT_SR_SKIP] = &&L_SR_SKIP,
         RT_UNARY(SR_LABEL1_) RT_BINARY(SR_LABEL3_) RT_SCALAR_HAND(SR_LABEL7_)
+        RT_RPAIRS(SR_LABELP_)
     };
     SR_GO;
 #else
-    for (;;) switch ((*k >> 8) & 0xff) {
+    for (;;) switch (RT_SX_REV(*k)) {
 #endif
     SR_CASE(END) return RT_OK;
     SR_CASE(RUN) {
-        const int64_t hi = k - k0 + 1, m = (int64_t)(*k >> 16);
+        const int64_t hi = k - k0 + 1, m = (int64_t)RT_SX_RUN(*k);
         const int st = rt_run_reverse_range(p, hi - m, hi);
         if (st != RT_OK)
             return st;
@@ -1364,13 +1545,13 @@ RT_HOT RT_THREADED static int rt_scalar_reverse(const rt_program *p)
     RT_UNARY(SR_UNARY_)
     RT_BINARY(SR_BINARY_)
     RT_SCALAR_HAND(SR_HAND_)
+    RT_RPAIRS(SR_RPAIR_)
 #if !RT_COMPUTED_GOTO
     default:
         return RT_UNVERIFIED;           /* unreachable: rt_verify built the index */
     }
 #endif
 }
-#undef W
 
 /* ------------------------------------------------------------------ verifier
  * Table-driven: each opcode's row of RT_INSTRS (src/revtape/isa.py) says what

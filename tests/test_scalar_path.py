@@ -1,7 +1,8 @@
 """The VM's scalar path (vm.c, issue 17): one-element instructions run from a
 dispatch index that rt_verify builds (vm.h: scalar_index, scalar_path), one
 handler per instruction and adjoint-flag combination, adjacent plain
-arithmetic paired into one handler, every other instruction run by the
+arithmetic paired into one handler (in the forward and, per flag
+combination, in the reverse), every other instruction run by the
 general sweep in runs.  Its bits must be the general sweeps': each test
 compiles a tape twice and turns the scalar path off on one copy
 (p.scalar_path = 0, the general sweeps), then compares bit patterns."""
@@ -230,3 +231,120 @@ def test_verify_builds_the_index_whatever_the_buffer_held(rng):
     g = np.empty(p.n_grad)
     assert lib.rt_value_and_grad(q, ffi.NULL, value, ffi.from_buffer("double[]", g)) == \
         lib.RT_UNVERIFIED
+
+
+# The reverse pairs' list (vm.c RT_RPAIR_OPS): (op, flags) and a form that
+# records exactly that one instruction from inputs u, v, w and a constant.
+_C = 0.75
+_RPAIR_FORMS = [
+    (("SQUARE", 1), lambda u, v, w: u ** 2), (("NEG", 1), lambda u, v, w: -u),
+    (("EXP", 1), lambda u, v, w: np.exp(u)), (("LOG", 1), lambda u, v, w: np.log(u)),
+    (("ADD_VV", 1), lambda u, v, w: u + _C), (("ADD_VV", 2), lambda u, v, w: _C + u),
+    (("ADD_VV", 3), lambda u, v, w: u + v),
+    (("SUB_VV", 1), lambda u, v, w: u - _C), (("SUB_VV", 2), lambda u, v, w: _C - u),
+    (("SUB_VV", 3), lambda u, v, w: u - v),
+    (("MUL_VV", 1), lambda u, v, w: u * _C), (("MUL_VV", 2), lambda u, v, w: _C * u),
+    (("MUL_VV", 3), lambda u, v, w: u * v),
+    (("DIV_VV", 1), lambda u, v, w: u / _C),
+    (("AXPY", 5), lambda u, v, w: u + _C * v), (("AXPY", 7), lambda u, v, w: u + v * w),
+    (("SQDIFF", 2), lambda u, v, w: (_C - u) ** 2), (("SQDIFF", 3), lambda u, v, w: (u - v) ** 2),
+]
+
+
+def _rpair_groups(x, aliased=False):
+    """For every ordered pair (P, Q) of the reverse-pair list: P, Q, then two
+    SINs (no reverse pair) and the AXPY that adds sin(p) * sin(q) to the total,
+    so that, taken greedily from the end, each Q pairs with its P.  aliased:
+    u, v and w are one input (x * x, x - x, ...)."""
+    tot = x[0] * 0.5
+    k = 0
+    for _, fp in _RPAIR_FORMS:
+        for _, fq in _RPAIR_FORMS:
+            args = [x[(k + i) % x.size] for i in (0, 1, 2)]
+            if aliased:
+                args = [args[0]] * 3
+            p = fp(*args)
+            q = fq(*args[::-1])
+            tot = tot + np.sin(p) * np.sin(q)
+            k += 1
+    return tot
+
+
+@pytest.mark.parametrize("aliased", [False, True])
+def test_reverse_pairs_of_every_listed_handler_give_the_general_sweeps_bits(rng, aliased):
+    x0 = np.linspace(0.6, 1.4, 7)
+    tape = rt.GradientTape(lambda x: _rpair_groups(x, aliased), x0)
+    a, b = _twins(tape)
+    code = np.asarray(a.code)
+    n_forms = len(_RPAIR_FORMS)
+    ops_flags = [(ops.VM_OPCODES[w & 0xFFFF], int(w >> 16)) for w in code[:, 0]]
+    # the program is the groups the test means: P, Q, SIN, SIN, AXPY each
+    # (aliased, some forms carry fewer flags: x * x is MUL_VV 3 still, x - x SUB_VV 3)
+    start = next(i for i, (op, _) in enumerate(ops_flags) if op != "MUL_VV")
+    got = [ops_flags[start + 5 * g: start + 5 * g + 2] for g in range(n_forms ** 2)]
+    if not aliased:
+        want = [[fp, fq] for fp, _ in _RPAIR_FORMS for fq, _ in _RPAIR_FORMS]
+        assert got == want
+    assert all(ops_flags[start + 5 * g + 2][0] == "SIN" for g in range(n_forms ** 2))
+    # every group's Q entry holds its own pair handler (vm.c: reverse handler
+    # in bits 16..31), one per ordered pair of (op, flags)
+    n = a._p.n_instr
+    ix = np.frombuffer(ffi.buffer(a._p.scalar_index, (n + 2) * 4), dtype=np.uint32)
+    rev = {}
+    for g in range(n_forms ** 2):
+        q_pc = start + 5 * g + 1
+        rev.setdefault(tuple(got[g]), set()).add(int(ix[q_pc + 1] >> 16))
+    assert all(len(s) == 1 for s in rev.values())
+    assert len({s.pop() for s in rev.values()}) == len(rev)
+    if not aliased:
+        assert len(rev) == n_forms ** 2
+    xs = [x0 + 0.05 * rng.normal(size=7) for _ in range(3)]
+    xs += [np.array([1.0, 0.75, 0.75, 1.0, 2.0, 0.5, 1.0])]     # zero adjoints, c - u = 0
+    _check(tape, a, b, xs, rng)
+    bad = [np.array([0.0, -0.0, 1.0, 2.0, 0.5, 1.0, 1.0]),
+           np.array([np.inf, 1.0, 2.0, 3.0, 0.5, 1.0, 1.0]),
+           np.array([0.5, np.nan, 1.0, -1.0, 0.5, 1.0, 1.0]),
+           np.array([1e308, 1e308, -1e308, 0.5, 0.5, 1.0, 1.0])]
+    for x in bad:
+        _both(a.value_and_gradient, b.value_and_gradient, x, _same_nan)
+        _both(lambda x: a.vjp(x, -2.0), lambda x: b.vjp(x, -2.0), x, _same_nan)
+
+
+# Consumers of a value p (as a pair's later instruction, whose write to p's
+# slot the earlier one takes its adjoint from): unary, binary with p as
+# either operand, and p on both sides (two writes to p's slot).
+_CONSUMERS = [lambda p, u: p ** 2, lambda p, u: -p, lambda p, u: np.exp(p),
+              lambda p, u: p + u, lambda p, u: u + p, lambda p, u: p - u, lambda p, u: u - p,
+              lambda p, u: p * u, lambda p, u: u * p, lambda p, u: p / _C,
+              lambda p, u: p * p, lambda p, u: p - p, lambda p, u: p + p]
+
+
+def _linked_groups(x):
+    """Every listed form P followed by every consumer Q of its result, then a
+    SIN and the AXPY that adds it: taken greedily from the end, Q pairs with
+    P (where the compiler did not fuse them into one instruction)."""
+    tot = x[0] * 0.5
+    k = 0
+    for _, fp in _RPAIR_FORMS:
+        for fq in _CONSUMERS:
+            u, v, w = (x[(k + i) % x.size] for i in (0, 1, 2))
+            q = fq(fp(u, v, w), w)
+            tot = tot + np.sin(q) * x[(k + 3) % x.size]
+            k += 1
+    return tot
+
+
+def test_reverse_pairs_pass_the_later_write_to_the_earlier_instruction_with_its_bits(rng):
+    x0 = np.linspace(0.6, 1.4, 7)
+    tape = rt.GradientTape(_linked_groups, x0)
+    a, b = _twins(tape)
+    xs = [x0 + 0.05 * rng.normal(size=7) for _ in range(3)]
+    xs += [np.array([1.0, 0.75, 0.75, 1.0, 2.0, 0.5, 1.0]),        # zero adjoints: skips
+           np.array([0.0, -0.0, 1.0, 0.0, 0.5, -0.0, 1.0])]
+    _check(tape, a, b, xs, rng)
+    bad = [np.array([np.inf, 1.0, 2.0, 3.0, 0.5, 1.0, 1.0]),
+           np.array([0.5, np.nan, 1.0, -1.0, 0.5, 1.0, 1.0]),
+           np.array([1e308, 1e308, -1e308, 0.5, 0.5, 1.0, 1.0])]
+    for x in bad:
+        _both(a.value_and_gradient, b.value_and_gradient, x, _same_nan)
+        _both(lambda x: a.vjp(x, -2.0), lambda x: b.vjp(x, -2.0), x, _same_nan)
