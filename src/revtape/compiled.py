@@ -991,6 +991,18 @@ class CompiledTape:
                  for op in np.unique(self._code[:, 0]).tolist()}
         return not kinds & {"checked", "callback"}
 
+    def _fast_marks(self):
+        """The tape's _FastMarks cell, made on first use: a bound call written
+        in C marks each replay there, for rt.value(tape.output) to pull."""
+        tape = self._tape
+        marks = tape._fast_marks
+        if marks is None:
+            marks = tape._fast_marks = _FastMarks()
+            if tape._replayed_by is not None:      # a compiled replay not yet pulled
+                marks.mark(tape._replayed_by)
+            tape._replayed_by = marks
+        return marks
+
     def _bind_one_call(self, xp, gp):
         """bind() as a partial of one cffi call: no Python frame per call.
         The value comes back as the C function's return; a concurrent replay
@@ -1005,12 +1017,7 @@ class CompiledTape:
             keep.append(h)
         tape = self._tape
         if tape is not None:
-            marks = tape._fast_marks
-            if marks is None:
-                marks = tape._fast_marks = _FastMarks()
-                if tape._replayed_by is not None:      # a compiled replay not yet pulled
-                    marks.mark(tape._replayed_by)
-                tape._replayed_by = marks
+            marks = self._fast_marks()
             b.mark, b.mark_id = marks.cell, marks.id_of(self._arena)
             keep.append(marks)
         call = _OneCall(lib.rt_bound_value_and_grad, b, keep)
@@ -1028,12 +1035,7 @@ class CompiledTape:
         cell, mark_id = None, 0
         tape = self._tape
         if tape is not None:
-            marks = tape._fast_marks
-            if marks is None:
-                marks = tape._fast_marks = _FastMarks()
-                if tape._replayed_by is not None:      # a compiled replay not yet pulled
-                    marks.mark(tape._replayed_by)
-                tape._replayed_by = marks
+            marks = self._fast_marks()
             cell, mark_id = ffi.buffer(marks.cell), marks.id_of(self._arena)
         status = self._status
 
