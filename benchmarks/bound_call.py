@@ -35,7 +35,7 @@ if __name__ == "__main__":   # run as a script: this checkout's revtape
 import cffi  # noqa: E402
 
 import revtape as rt  # noqa: E402
-from revtape import compiled  # noqa: E402
+from revtape.runtime import compiled  # noqa: E402
 from revtape._vm import ffi as vm_ffi, lib as vm_lib  # noqa: E402
 from revtape.bench import _ref, workloads  # noqa: E402
 

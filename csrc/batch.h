@@ -1,7 +1,7 @@
 /* Batched replay of scalar programs as array code over lanes (batch.c).
  * Internal to the extension: vm.c's rt_batch_soa (vm.h) is the entry point.
  *
- * A SoA program is a verified WIDE program (src/revtape/_wide.py): the
+ * A SoA program is a verified WIDE program (src/revtape/lower/wide.py): the
  * scalar program with slot s widened to the lanes vals[s*L .. s*L+L), L =
  * RT_SOA_LANES, every instruction n = L.  Two side tables come with it:
  *   first[pc]  bit 1 / 2 / 4: in the reverse sweep, the adjoint of operand

@@ -13,7 +13,7 @@
  * (all compile this same inline function with no fused multiply-add: the
  * VM's and kernels.c's targets have none or -ffp-contract=off, native.py
  * passes -ffp-contract=off) get the same bits as the array loops.  Every op
- * row that evaluates log1p names rt_log1p (src/revtape/ops.py), so the
+ * row that evaluates log1p names rt_log1p (src/revtape/core/ops.py), so the
  * tiers agree with each other bit for bit; against numpy (the reference
  * replay) they agree within an ulp, as glibc's did (numpy's SIMD log1p
  * and glibc's differ in ~6% of [0, 10] already).

@@ -1,7 +1,7 @@
 /* revtape's virtual machine: verifier, forward sweep, reverse and tangent sweeps.
  *
  * The contract (instruction encoding, arena layout, statuses) is in vm.h.
- * Every opcode has a row in ops_generated.h (generated from src/revtape/isa.py
+ * Every opcode has a row in ops_generated.h (generated from src/revtape/core/isa.py
  * and ops.py): the elementwise kernels are generated from the op rows' C
  * expressions (scalar.h for one element, kernels.c for arrays); every other
  * instruction has one home in csrc/instr/ holding its forward, reverse and
@@ -1554,7 +1554,7 @@ RT_HOT RT_THREADED static int rt_scalar_reverse(const rt_program *p)
 }
 
 /* ------------------------------------------------------------------ verifier
- * Table-driven: each opcode's row of RT_INSTRS (src/revtape/isa.py) says what
+ * Table-driven: each opcode's row of RT_INSTRS (src/revtape/core/isa.py) says what
  * its words hold -- which are arena regions and how long, which are
  * parameters, which flags it may carry -- and instructions whose row says so
  * add their own checks (rt_verify_NAME in csrc/instr/). */

@@ -14,7 +14,7 @@
  *   op  = opcode | (adjoint flags << RT_FLAGS_SHIFT); flag 1: a needs an
  *         adjoint, 2: b needs one, 4: c needs one.  flags == 0: no reverse
  *         work at all.  Which flags an opcode may carry, and what each word
- *         holds, is its row in ops_generated.h's RT_INSTRS (src/revtape/isa.py),
+ *         holds, is its row in ops_generated.h's RT_INSTRS (src/revtape/core/isa.py),
  *         which the verifier checks.  In words (n is the element count of
  *         `out` unless said otherwise):
  *   UNARY         out[n] = F(a[n])
@@ -42,7 +42,7 @@
  * RT_GUARD_FAILED (failed_guard holds the guard number), RT_BUSY,
  * RT_UNVERIFIED, RT_BADARG, RT_NONFINITE (reserved), RT_CALLBACK_FAILED,
  * RT_BAD_INDEX, RT_OK_HOT are
- * generated from src/revtape/isa.py, like each opcode's operand layout. */
+ * generated from src/revtape/core/isa.py, like each opcode's operand layout. */
 #include "ops_generated.h"
 
 enum { RT_CB_FORWARD = 0, RT_CB_REVERSE = 1, RT_CB_TANGENT = 2 };
@@ -53,7 +53,7 @@ typedef int (*rt_callback)(void *ctx, int32_t mode, int64_t pc);
 
 struct rt_program;
 
-/* The native tier (src/revtape/native.py): sweeps of one program translated
+/* The native tier (src/revtape/runtime/native.py): sweeps of one program translated
  * to C and compiled into a shared library, installed with rt_set_native.
  * Every sweep has the VM's contract over the same arenas, and gives the VM's
  * bits.  NULL members are run by the VM.
@@ -187,7 +187,7 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
 int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64_t *row);
 
 /* Batched replay of a scalar program as array code (csrc/batch.c), through
- * its WIDE form (src/revtape/_wide.py): the scalar program with every slot
+ * its WIDE form (src/revtape/lower/wide.py): the scalar program with every slot
  * widened to L = RT_SOA_LANES lanes (slot s -> vals[s*L .. s*L+L)) and every
  * instruction n = L, built and verified by the caller, so that one dispatch
  * replays L rows.  n_in, n_grad and out_off are the scalar program's (pw

@@ -4,7 +4,7 @@
 
 The same sampler (littlemcmc NUTS, nutpie NUTS) on the same model with the
 gradient from revtape (compiled tape), from a hand-written numpy gradient
-(revtape.workloads.eight_schools().numpy_vg) and from JAX (jit of
+(revtape.bench.workloads.eight_schools().numpy_vg) and from JAX (jit of
 value_and_grad) when JAX is installed.  Chains run one after another in
 this process (cores=1) so the columns compare the gradient, not scheduling.
 Times include tuning (as many tuning steps as draws).
@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from revtape._progress import progress
-from revtape.workloads import eight_schools
+from revtape.bench.progress import progress
+from revtape.bench.workloads import eight_schools
 
 import eight_schools as es
 

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import compiler, ops, workloads
+from revtape.lower import compiler
+from revtape.core import ops
+from revtape.bench import workloads
 
 
 def _opcodes(ct):
@@ -127,7 +129,7 @@ def test_gather_fuses_into_axpy_only_where_its_scatter_keeps_its_order(f, fused_
 
 
 def test_verifier_refuses_a_bad_gaxpy_record():
-    from revtape.compiled import CompiledTape
+    from revtape.runtime.compiled import CompiledTape
     ct = rt.compile(rt.GradientTape(lambda x: np.sum((x[1:][IDX] + x[0] * DATA) ** 2),
                                     np.linspace(-1, 1, 9)))
     k = _opcodes(ct).index("GAXPY")
@@ -241,7 +243,7 @@ def test_radon_hessian_programs_agree(monkeypatch):
 
 
 def test_native_tier_runs_the_array_pairs_bit_for_bit():
-    from revtape import native
+    from revtape.runtime import native
     try:
         native.find_compiler()
     except rt.RevtapeError as e:
@@ -279,7 +281,7 @@ def test_scalar_pairs_tangents_have_the_pairs_bits(f, monkeypatch):
 
 
 def test_verifier_refuses_ssd_operands_outside_the_arena():
-    from revtape.compiled import CompiledTape
+    from revtape.runtime.compiled import CompiledTape
     ct = rt.compile(rt.GradientTape(lambda x: np.sum((x[1:8] - DATA) ** 2), np.ones(9)))
     k = _opcodes(ct).index("SSD")
     n_vals = ct.program.n_vals

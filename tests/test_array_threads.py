@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import blocks, compiled, ops
+from revtape.lower import blocks
+from revtape.runtime import compiled
+from revtape.core import ops
 from revtape.bench.workloads import student_t
 
 CHUNK = 8192          # kernels.c RT_KSUM_CHUNK

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from revtape import _progress
+from revtape.bench import progress as _progress
 from revtape.bench import cli
 
 

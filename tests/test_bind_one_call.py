@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import compiled, workloads
+from revtape.runtime import compiled
+from revtape.bench import workloads
 
 
 def _bits(a):

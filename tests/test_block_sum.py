@@ -1,5 +1,5 @@
 """Sum blocks (issue 15; csrc/instr/block.h rt_block_verify_sum, vm.c
-rt_block_sum_forward / rt_block_backward, src/revtape/blocks.py
+rt_block_sum_forward / rt_block_backward, src/revtape/lower/blocks.py
 _closing_sum): a np.sum right after a tiled block, over one member's whole
 result, runs inside the block.  Its tiles are the subtrees of numpy's
 pairwise summation, so the value keeps np.sum's bits; the summed result may
@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import blocks, ops
-from revtape.compiled import CompiledTape
-from revtape.compiler import Program
+from revtape.lower import blocks
+from revtape.core import ops
+from revtape.runtime.compiled import CompiledTape
+from revtape.lower.compiler import Program
 
 N = 1000
 RNG = np.random.default_rng(11)

@@ -1,4 +1,4 @@
-"""Fused, tiled elementwise blocks (issue 15; csrc/instr/block.h, src/revtape/blocks.py).
+"""Fused, tiled elementwise blocks (issue 15; csrc/instr/block.h, src/revtape/lower/blocks.py).
 
 A run of elementwise instructions over the same n elements runs tile by
 tile, forward, reverse and tangent, with the results nobody else reads kept
@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import blocks, ops
-from revtape.compiled import CompiledTape
-from revtape.compiler import Program
+from revtape.lower import blocks
+from revtape.core import ops
+from revtape.runtime.compiled import CompiledTape
+from revtape.lower.compiler import Program
 
 N = 150
 RNG = np.random.default_rng(5)
@@ -320,7 +321,7 @@ def test_vm_range_entry_points_refuse_a_range_that_cuts_a_block():
 
 
 def test_native_tier_runs_blocks_on_the_vm(monkeypatch):
-    from revtape import native
+    from revtape.runtime import native
     if native.find_compiler() is None:
         pytest.skip("no C compiler")
     f = FAMILIES["rosenbrock"]

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import compiled, native, workloads
+from revtape.runtime import compiled, native
+from revtape.bench import workloads
 
 
 @pytest.fixture(params=["c", "cffi"])
@@ -207,7 +208,7 @@ def test_a_callbacks_error_and_a_bad_index_raise_through_the_bound_call(path):
     xb[0] = 1.0
     assert run() == 8.0 and list(gb) == [3.0, 5.0]
 
-    from revtape.ops import P
+    from revtape.core.ops import P
     t = rt.Tape()
     xv = t.track(np.arange(6.0) ** 2)
     ix = t.track(np.array([5.0, 0.0, 2.0, 2.0]))

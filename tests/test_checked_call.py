@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import compiled as C
+from revtape.runtime import compiled as C
 from revtape.bench import workloads
 
 pytestmark = pytest.mark.skipif(C._checked is None, reason="revtape._checked is not built")
@@ -263,7 +263,7 @@ def test_a_guard_fails_through_the_c_path_with_its_own_operands():
 
 
 def test_the_call_that_gets_hot_starts_the_native_build(monkeypatch):
-    from revtape import native
+    from revtape.runtime import native
     wl, ct = _eight_schools()
     seen = []
     monkeypatch.setattr(native, "hot", lambda c: seen.append(c))

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from revtape import _codegen
+from revtape.core import codegen as _codegen
 
 
 def test_committed_header_matches_the_op_table():
@@ -22,5 +22,5 @@ def test_check_mode_reports_a_stale_header(tmp_path, monkeypatch):
 
 
 def test_check_mode_runs_as_a_module():
-    r = subprocess.run([sys.executable, "-m", "revtape._codegen", "--check"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "revtape.core.codegen", "--check"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

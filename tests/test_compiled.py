@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import revtape as rt
-from revtape import compiler, ops
+from revtape.lower import compiler
+from revtape.core import ops
 from revtape.bench import workloads
 from revtape import special as sps   # revtape's own: works without scipy installed
 
@@ -283,7 +284,7 @@ def _small_program():
 
 def _run_state(state):
     """Load a (possibly corrupt) program; if the verifier accepts it, run every entry point."""
-    from revtape.compiled import CompiledTape
+    from revtape.runtime.compiled import CompiledTape
     prog = compiler.Program.from_state(state)
     try:
         ct = CompiledTape(None, _program=prog)
@@ -317,7 +318,7 @@ def test_verifier_refuses_out_of_range_offsets():
     code = state["code"].copy()
     code[0, 3] = 10 ** 6
     state["code"] = code
-    from revtape.compiled import CompiledTape
+    from revtape.runtime.compiled import CompiledTape
     with pytest.raises(rt.VerificationError) as e:
         CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
     assert "instruction 0" in str(e.value)
@@ -325,7 +326,7 @@ def test_verifier_refuses_out_of_range_offsets():
 
 def test_verifier_refuses_writes_into_inputs_and_unknown_opcodes():
     ct = _small_program()
-    from revtape.compiled import CompiledTape
+    from revtape.runtime.compiled import CompiledTape
     for row, col, val in ((0, 2, 0), (0, 0, 60000), (1, 0, len(ops.VM_OPCODES))):
         state = ct.program.to_state()
         code = state["code"].copy()
@@ -713,7 +714,7 @@ def test_rosenbrock_terms_add_up_in_one_csum():
 
 def test_verifier_refuses_csum_terms_outside_the_arena():
     ct = rt.compile(rt.GradientTape(lambda x: np.exp(x[0]) + np.sin(x[1]) - np.cos(x[0]), np.ones(2)))
-    from revtape.compiled import CompiledTape
+    from revtape.runtime.compiled import CompiledTape
     k = _opcodes(ct).index("CSUM")
     for bad_term in (ct.program.n_vals, ~ct.program.n_vals, 2**31 - 1, -2**31):
         state = ct.program.to_state()
@@ -1208,7 +1209,7 @@ def test_fuzz_mutated_pickled_metadata_is_refused_or_replays_safely(mutations, k
 
 
 _FUZZ_BASES = {}
-from revtape.compiled import CompiledTape as _CompiledTape  # noqa: E402
+from revtape.runtime.compiled import CompiledTape as _CompiledTape  # noqa: E402
 
 
 # ------------------------------------------------ reference cycles

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import transforms
+from revtape.transforms import grad as transforms
 
 import grad_helpers as H
 

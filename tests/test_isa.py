@@ -1,4 +1,4 @@
-"""The instruction-descriptor table (revtape.isa): one declaration per opcode of
+"""The instruction-descriptor table (revtape.core.isa): one declaration per opcode of
 what its words hold, read by the C verifier (through ops_generated.h), the
 compiler, the compiled tape and the disassembler."""
 
@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import compiler, isa, ops
+from revtape.lower import compiler
+from revtape.core import isa, ops
 from revtape._vm import lib
-from revtape.compiled import CompiledTape
+from revtape.runtime.compiled import CompiledTape
 
 A = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
 
@@ -57,7 +58,7 @@ def test_word_layout_and_statuses_come_from_the_table_through_cffi():
     assert (lib.RT_WORDS, lib.RT_FLAGS_SHIFT, lib.RT_OPCODE_MASK) == \
         (isa.WORDS, isa.FLAGS_SHIFT, isa.OPCODE_MASK)
     assert compiler.WORDS == isa.WORDS and compiler.FLAGS_SHIFT == isa.FLAGS_SHIFT
-    from revtape import compiled
+    from revtape.runtime import compiled
     for value, (name, _) in enumerate(isa.STATUSES):
         assert getattr(lib, "RT_" + name) == value == getattr(compiled, "RT_" + name)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import compiler
+from revtape.lower import compiler
 
 from test_ops import BINARY, UNARY
 
@@ -161,7 +161,7 @@ def _refused(ct, row, col, val):
     code = state["code"].copy()
     code[row, col] = val
     state["code"] = code
-    from revtape.compiled import CompiledTape
+    from revtape.runtime.compiled import CompiledTape
     with pytest.raises(rt.VerificationError) as e:
         CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
     return str(e.value)

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import compiled, compiler, ops
+from revtape.runtime import compiled
+from revtape.lower import compiler
+from revtape.core import ops
 
 
 # ---------------------------------------------------------------- lowering table
@@ -151,7 +153,7 @@ def test_a_compiled_hessian_refuses_what_a_gradient_program_does():
 def test_the_c_verifier_reads_the_rows_lengths():
     # RT_LINALG_LENGTHS in ops_generated.h is written from each row's Linalg:
     # evaluated at a shape, its expressions give the row's numbers
-    from revtape import _codegen
+    from revtape.core import codegen as _codegen
     text = _codegen.render()
     block = text.split("#define RT_LINALG_LENGTHS(X)")[1].split("\n\n")[0]
     rows = re.findall(r"X\((\w+), \((.*?)\), \((.*?)\), \((.*?)\), \((.*?)\), (\d), (\d+)\)", block)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import revtape as rt
-import revtape.tape as tape_mod
-from revtape import compiler
+import revtape.trace.tape as tape_mod
+from revtape.lower import compiler
 from revtape.bench import workloads as W
 
 from test_scale import RECIPES, _program_bytes

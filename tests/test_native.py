@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import native, workloads
+from revtape.runtime import native
+from revtape.bench import workloads
 from revtape import special as sps
 
 

@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import native, ops
+from revtape.runtime import native
+from revtape.core import ops
 from revtape import special as sps
 from revtape._vm import ffi
 from revtape.bench import workloads as bench_workloads
-from revtape.ops import P
+from revtape.core.ops import P
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -139,7 +140,7 @@ def _structure_families(x):
     L = np.linalg.cholesky(S)
     t = t + np.linalg.slogdet(S)[1] + np.sum(np.linalg.solve(S, x[3:])) + np.sum(np.linalg.inv(S))
     t = t + np.sum(np.linalg.eigh(S)[0] * x[:3]) + np.sum(L * x[3:])
-    import revtape.linalg as rla
+    import revtape.numpy_api.linalg as rla
     t = t + np.sum(rla.solve_triangular(L, x[3:], lower=True))
     t = t + np.sum(np.cumsum(np.exp(x)) * x) + np.sum(np.cumprod(x[:4]))
     w = x[::-1] * x[[0, 0, 2, 4, 4, 5]] + np.concatenate([x[:2], x[3:], x[:1]]) ** 2
@@ -470,7 +471,7 @@ def test_tiled_blocks_keep_their_vm_sweeps_in_native_tangents(monkeypatch, rng):
     sweep, tangents included; pieces of 3 instructions never cut one (the
     VM's range entry points refuse such a range); the Hessian of a blocked
     program is the VM's."""
-    from revtape import blocks
+    from revtape.lower import blocks
     monkeypatch.setattr(blocks, "TILE", 32)
     monkeypatch.setattr(native, "CHUNK", 3)
     n = 150

@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import compiler, native, ops, workloads
-from revtape.compiled import CompiledTape
+from revtape.lower import compiler
+from revtape.runtime import native
+from revtape.core import ops
+from revtape.bench import workloads
+from revtape.runtime.compiled import CompiledTape
 
 SPECIAL = (0.0, -0.0, np.nan, np.inf, -np.inf, 1e308, -5e-324, 2.5)
 

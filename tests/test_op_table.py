@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import ops
+from revtape.core import ops
 from conftest import check_grad
 
 try:

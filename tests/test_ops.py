@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import revtape as rt
-from revtape import ops
+from revtape.core import ops
 from conftest import check_grad, fd_jacobian
 
 try:  # scipy is optional: its functions are the references of the special-function rows

@@ -2,7 +2,7 @@
 
 The peers are optional: each peer's tests skip unless it is installed, so this
 file passes (as skips) on a machine with none of them.  Workloads are built
-here from the spec, so these tests do not depend on revtape.workloads.
+here from the spec, so these tests do not depend on revtape.bench.workloads.
 """
 
 from types import SimpleNamespace

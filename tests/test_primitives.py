@@ -504,7 +504,7 @@ def test_the_verifier_refuses_callbacks_without_a_table():
     import dataclasses
     tape = rt.GradientTape(H.model, XS[0])
     prog = rt.compile(tape).program
-    from revtape.compiled import CompiledTape
+    from revtape.runtime.compiled import CompiledTape
     with pytest.raises(rt.VerificationError, match="calls back into Python but has no callback"):
         CompiledTape(tape, _program=dataclasses.replace(prog, callbacks=[]))
     with pytest.raises(rt.VerificationError, match="callback slot 1 is outside"):

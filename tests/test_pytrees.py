@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import pytree
+from revtape.core import pytree
 
 P = collections.namedtuple("P", "mu logs")
 

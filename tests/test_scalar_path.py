@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import ops
+from revtape.core import ops
 from revtape._vm import ffi, lib
 from revtape.bench import workloads as bench_workloads
-from revtape.ops import P
+from revtape.core.ops import P
 
 from test_native_coverage import (_UNARY, _BINARY, _all_same, _same, _same_nan,
                                   _scalar_families, _structure_families)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import revtape as rt
-import revtape.tape as tape_mod
-from revtape import compiler
+import revtape.trace.tape as tape_mod
+from revtape.lower import compiler
 from revtape.bench import workloads as W
-from revtape.instrstore import Columns
+from revtape.trace.instrstore import Columns
 
 
 def _guarded(x):

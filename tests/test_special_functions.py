@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import ops
+from revtape.core import ops
 from conftest import check_grad
 
 sps = pytest.importorskip("scipy.special")
@@ -322,7 +322,7 @@ def test_erfcx_partial_has_no_cancellation_at_large_x():
 
 
 def test_rt_elementwise_refuses_opcodes_that_are_not_elementwise():
-    from revtape import ops
+    from revtape.core import ops
     from revtape._vm import ffi, lib
     x, out = np.ones(3), np.empty(3)
     p = lambda a: ffi.from_buffer("double[]", a)

@@ -5,7 +5,7 @@ read instead of the tape's private fields."""
 import numpy as np
 
 import revtape as rt
-from revtape import ops
+from revtape.core import ops
 
 
 def test_ir_describes_the_recording():

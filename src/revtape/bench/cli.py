@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import _progress
+from . import progress as _progress
 from . import columns as C
 from .hmc import N_LEAPFROG, STEP_SIZE, hmc
 from .peers import PEERS as PEER_NAMES

@@ -97,7 +97,7 @@ def vm():
     if _VM is None:
         try:
             from .. import _vm
-            from .. import compiled  # noqa: F401  (checks the op table hash)
+            from ..runtime import compiled  # noqa: F401  (checks the op table hash)
             _VM = (_vm.ffi, _vm.lib, None)
         except Exception as exc:  # ImportError, BuildMismatchError
             _VM = (None, None, f"revtape's C extension is not usable: {type(exc).__name__}: {exc}")

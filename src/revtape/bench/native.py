@@ -21,9 +21,9 @@ import time
 import numpy as np
 
 import revtape as rt
-from revtape import native
-from revtape.bench import columns as C
-from revtape.bench import workloads
+from ..runtime import native
+from . import columns as C
+from . import workloads
 
 
 def _loop(call):

@@ -35,8 +35,8 @@ def main(argv=None):
     quick = "--quick" in argv
     os.environ.setdefault("REVTAPE_CACHE_DIR", tempfile.mkdtemp(prefix="revtape-tan-"))
     import revtape as rt
-    from revtape._vm import ffi, lib
-    from revtape.bench import workloads as W
+    from .._vm import ffi, lib
+    from . import workloads as W
 
     cases = [("eight-schools", W.eight_schools()),
              ("rosenbrock-loop", W.rosenbrock_loop(n=20 if quick else 100))]

@@ -357,7 +357,7 @@ def gp(n: int = 200, seed: int = 0) -> Workload:
     logp = -0.5 |L^-1 y|^2 - sum(log diag L) - n/2 log(2 pi).
     t ~ U(-3, 3) sorted, y = sin(t) + 0.1 N(0, 1), from default_rng(seed).
     ``f`` uses np.linalg.cholesky and scipy.linalg.solve_triangular (scipy
-    optional: revtape.linalg's own when scipy is missing); no hand-written
+    optional: revtape.numpy_api.linalg's own when scipy is missing); no hand-written
     C reference (``c_name`` is None).
     """
     rng = np.random.default_rng(seed)
@@ -369,7 +369,7 @@ def gp(n: int = 200, seed: int = 0) -> Workload:
     try:
         from scipy.linalg import solve_triangular
     except ImportError:  # pragma: no cover
-        from ..linalg import solve_triangular
+        from ..numpy_api.linalg import solve_triangular
 
     def f(x):
         amp2, inv_ls2, noise2 = np.exp(2.0 * x[0]), np.exp(-2.0 * x[1]), np.exp(2.0 * x[2])
@@ -508,7 +508,7 @@ def mvn(n: int = 100, m: int = 20, seed: int = 0) -> Workload:
         logp = -0.5 sum_k |L^-1 (y_k - mu)|^2 - m sum_i log L_ii - m n/2 log(2 pi).
 
     ``f`` takes np.tril of the reshaped factor and solves with
-    scipy.linalg.solve_triangular (revtape.linalg's without scipy).  The
+    scipy.linalg.solve_triangular (revtape.numpy_api.linalg's without scipy).  The
     gradient w.r.t. the entries above the diagonal is 0.  Data and the
     evaluation point (a well-conditioned factor) from default_rng(seed).
     """
@@ -523,7 +523,7 @@ def mvn(n: int = 100, m: int = 20, seed: int = 0) -> Workload:
     try:
         from scipy.linalg import solve_triangular
     except ImportError:  # pragma: no cover
-        from ..linalg import solve_triangular
+        from ..numpy_api.linalg import solve_triangular
 
     def f(x):
         mu = x[:n]

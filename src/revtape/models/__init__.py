@@ -1,0 +1,1 @@
+"""Models: distributions, bijectors and LogDensity, for samplers."""

@@ -1,0 +1,503 @@
+"""rt.LogDensity: the object a sampler or an optimiser is handed.
+
+    ld = rt.LogDensity(logp, x0, names=None, bijectors=None)
+    ld.logdensity(x)                  # value
+    ld.logdensity_and_gradient(x)     # (value, gradient): scipy (jac=True), littlemcmc
+    ld.gradient(x), ld.hvp(x, v), ld.hessian(x)
+    ld.dimension, ld.names, ld.x0
+    ld.negative()                     # the same for -logp: minimisers, mici
+    ld.grad_and_value(x)              # (gradient, value): mici's grad_neg_log_dens order
+    ld.flatten(tree), ld.unflatten(x) # pytree x0 <-> the flat vector of dimension `dimension`
+    ld.batch_logdensity(X), ld.batch_logdensity_and_gradient(X, threads=None)   # rows of X
+    ld.constrain(y), ld.unconstrain(tree)   # with bijectors: sampling space <-> f's space
+
+Every method takes the flat float vector of length ``dimension``; a pytree
+``x0`` (dict, namedtuple, nested lists and tuples of floats and arrays) is
+laid out end to end in its leaf order (JAX's: sorted dict keys), and
+``flatten``/``unflatten`` convert.  ``f`` is recorded once on that flat
+vector and compiled; every call replays the compiled program in C through a
+pre-bound fast path (``ctape.bind``).
+
+Constraints: ``bijectors=`` gives a ``revtape.bijectors`` bijector (or any
+object with forward / inverse / forward_log_det_jacobian) per leaf of x0, in
+x0's structure or a prefix of it: ``{"tau": bijectors.exp}`` transforms that
+leaf and leaves the rest alone (a dict may name a subset of x0's keys; a
+bijector where x0 has a subtree applies to each of its leaves; None is the
+identity).  x0 is then given in f's (constrained) space, and the object is
+the log density of the unconstrained parameter y, as samplers want it:
+``f(forward(y)) + sum of forward_log_det_jacobian(y)``, recorded and compiled
+as one program.  ``ld.x0`` and every method's x are the flat unconstrained
+vector (a simplex of K entries takes K-1 coordinates, a Cholesky factor its
+free triangle), ``ld.constrain(y)`` maps a point or an array of draws
+(..., dimension) back to x0's structure, ``ld.unconstrain(tree)`` goes the
+other way; ``flatten``/``unflatten`` only lay out the unconstrained leaves.
+A transformed leaf's names carry the bijector: "tau__exp", "w__simplex[0]".
+
+Branches: if a point takes another branch of a comparison than the recording
+did, that point is recorded too (up to 8 recorded branches, then every such
+call is recorded afresh); values are always those of ``f`` as written.
+Unlike ``rt.grad``, a LogDensity does not watch ``f`` for redefinitions: it
+is a snapshot of ``f`` (and the data it closes over) when it was built.
+
+Threads: each thread replays its own compiled copy, made on its first call
+in that thread, so one LogDensity serves many chains at once.  Deep copies
+and pickles carry the recorded tapes (pickle carries ``f`` by reference: a
+module-level function, so that another process can record new branches).
+"""
+
+import collections
+import copy
+import threading
+
+import numpy as np
+
+from ..transforms import api as _api
+from ..core import pytree
+from ..trace.hessian import Parts
+from ..trace.recording import GradientTape, call_with
+from ..runtime.compiled import CompiledTape
+from ..errors import BranchChanged, InputError
+
+MAX_BRANCHES = 8
+_F64 = np.dtype(np.float64)
+_copyto = np.copyto
+
+
+class _ThreadState:
+    """One thread's buffers and compiled copies, one per recorded branch."""
+
+    __slots__ = ("x", "g", "programs")
+
+    def __init__(self, dim):
+        self.x = np.zeros(dim)
+        self.g = np.zeros(dim)
+        self.programs = []          # [(ctape, run)] by branch number
+
+
+class LogDensity:
+    """A compiled log density of a flat parameter vector (see the module docstring)."""
+
+    def __init__(self, f, x0, *, names=None, bijectors=None, _tapes=None):
+        self.f = f
+        leaves, treedef = pytree.input_structure(x0)
+        self._tree = treedef is not None or isinstance(x0, tuple)
+        leaves = [_leaf(v) for v in leaves]
+        self._x0_tree = pytree.unflatten(treedef, leaves) if treedef is not None else (
+            tuple(leaves) if self._tree else leaves[0])
+        self.bijectors = bijectors
+        paths = self._paths(treedef, leaves)
+        self._bij = _spread_bijectors(bijectors, x0, treedef, len(leaves))
+        # the constrained leaves' shapes (constrain() rebuilds them) and the
+        # unconstrained leaves, which lay out the flat vector
+        self._x_shapes = [np.shape(v) for v in leaves]
+        self._x_floats = [np.ndim(v) == 0 for v in leaves]
+        uleaves = [v if b is None else _unconstrained_x0(b, v, path)
+                   for b, v, path in zip(self._bij, leaves, paths)]
+        self._parts = Parts(uleaves, treedef)
+        self.x0 = self._parts.flatten(pytree.unflatten(treedef, uleaves) if treedef is not None
+                                      else tuple(uleaves))
+        self.dimension = int(self.x0.size)
+        self.names = self._names(names, [p if b is None else f"{p}__{_bij_name(b)}"
+                                         for p, b in zip(paths, self._bij)], uleaves)
+        self._transformed = any(b is not None for b in self._bij)
+        self._plain_vector = (not self._tree and not self._transformed
+                              and isinstance(leaves[0], np.ndarray) and leaves[0].ndim == 1)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._tapes = list(_tapes) if _tapes is not None else [self._record(self.x0)]
+        self._program(self._state(), 0)     # compiled now: a bad program fails here, not mid-run
+
+    def _paths(self, treedef, leaves):
+        return (pytree.leaf_paths(treedef) if treedef is not None else
+                [f"x[{i}]" for i in range(len(leaves))] if self._tree else ["x"])
+
+    def _names(self, names, paths, leaves):
+        if names is not None:
+            names = [str(n) for n in names]
+            if len(names) != self.dimension:
+                raise InputError(f"names has {len(names)} entries for a dimension of "
+                                 f"{self.dimension}")
+            return names
+        out = []
+        for path, leaf in zip(paths, leaves):
+            shape = np.shape(leaf)
+            if shape == ():
+                out.append(path)
+            else:
+                out.extend(f"{path}[{','.join(map(str, idx))}]" for idx in np.ndindex(*shape))
+        return out
+
+    # ------------------------------------------------ layout
+    def flatten(self, x):
+        """A parameter in x0's structure as the flat float64 vector the methods take."""
+        return self._parts.flatten(x if self._tree else (x,))
+
+    def unflatten(self, x):
+        """A flat vector (a point, or a gradient) in x0's structure."""
+        x = self._vector(x)
+        res = self._parts.split_result(x, None)
+        return res if self._tree else res[0]
+
+    def constrain(self, y):
+        """The flat unconstrained vector y (or draws of shape (..., dimension))
+        in x0's structure and space: each transformed leaf through its
+        bijector's forward.  Draws give leaves of shape (...,) + the leaf's shape."""
+        y = np.asarray(y, dtype=np.float64)
+        if y.ndim == 0 or y.shape[-1] != self.dimension:
+            raise InputError(f"pass a flat vector of length {self.dimension}, or draws of shape "
+                             f"(..., {self.dimension}) (got shape {y.shape})")
+        lead = y.shape[:-1]
+        rows = y.reshape(-1, self.dimension)
+        b = self._parts.bounds
+        leaves = []
+        for i, (bij, shape, isf) in enumerate(zip(self._bij, self._x_shapes, self._x_floats)):
+            block = rows[:, b[i]:b[i + 1]].reshape((len(rows),) + self._parts.shapes[i])
+            if bij is not None:
+                # row by row: the matrix bijectors take one point at a time
+                block = np.array([np.asarray(bij.forward(r), dtype=np.float64) for r in block])
+                block = block.reshape((len(rows),) + shape)
+            leaf = block.reshape(lead + shape)
+            leaves.append(float(leaf) if isf and not lead else np.array(leaf))
+        return self._structure(leaves)
+
+    def unconstrain(self, x):
+        """A point in x0's structure and space as the flat unconstrained vector
+        (each transformed leaf through its bijector's inverse)."""
+        if self._parts.treedef is not None:
+            leaves = pytree.leaves_of(self._parts.treedef, x)
+        else:
+            leaves = list(x) if self._tree else [x]
+            if len(leaves) != len(self._bij):
+                raise InputError(f"pass a tuple of {len(self._bij)} values, shaped like x0")
+        ys = []
+        for bij, v, shape in zip(self._bij, leaves, self._x_shapes):
+            v = np.asarray(v, dtype=np.float64)
+            if v.shape != shape:
+                raise InputError(f"a leaf of shape {v.shape} where x0 has shape {shape}")
+            ys.append(v if bij is None else np.asarray(bij.inverse(v), dtype=np.float64))
+        return self.flatten(self._structure(ys))
+
+    def _structure(self, leaves):
+        if self._parts.treedef is not None:
+            return pytree.unflatten(self._parts.treedef, leaves)
+        return tuple(leaves) if self._tree else leaves[0]
+
+    def _model(self, z):
+        if self._plain_vector:
+            return self.f(z)
+        parts = self._parts.split(z)
+        if self._transformed:
+            # f on the constrained leaves, plus each map's log|det Jacobian|:
+            # the density of the unconstrained parameter
+            logjac = []
+            xs = []
+            for bij, p in zip(self._bij, parts):
+                if bij is None:
+                    xs.append(p)
+                else:
+                    xs.append(bij.forward(p))
+                    logjac.append(bij.forward_log_det_jacobian(p))
+            out = self.f(xs[0]) if not self._tree else call_with(self.f, self._parts.tree(tuple(xs)))
+            for term in logjac:
+                out = out + term
+            return out
+        if not self._tree:
+            return self.f(parts[0])
+        return call_with(self.f, self._parts.tree(parts))
+
+    def _record(self, x):
+        return GradientTape(self._model, x)
+
+    def _vector(self, x):
+        arr = x if type(x) is np.ndarray and x.dtype == np.float64 else np.asarray(x, np.float64)
+        if arr.shape != (self.dimension,):
+            raise InputError(f"pass a flat vector of length {self.dimension} (got shape "
+                             f"{arr.shape}); ld.flatten(tree) converts a structured parameter")
+        return arr
+
+    # ------------------------------------------------ per-thread programs
+    def _state(self):
+        st = getattr(self._local, "state", None)
+        if st is None:
+            st = self._local.state = _ThreadState(self.dimension)
+        return st
+
+    def _program(self, st, k):
+        """This thread's compiled copy of recorded branch k (made on first use)."""
+        while len(st.programs) <= k:
+            tape = copy.deepcopy(self._tapes[len(st.programs)])
+            ctape = CompiledTape(tape)
+            st.programs.append((ctape, ctape.bind(st.x, st.g)))
+        return st.programs[k]
+
+    def _replay(self, x, use):
+        """use(ctape, run) on the first recorded branch that holds at x."""
+        st = self._state()
+        st.x[...] = self._vector(x)
+        k = 0
+        while True:
+            if k >= len(self._tapes):
+                k = self._new_branch(st.x)
+                if k is None:
+                    return None
+            try:
+                return use(*self._program(st, k), st)
+            except BranchChanged:
+                k += 1
+
+    def _new_branch(self, x):
+        with self._lock:
+            if len(self._tapes) >= MAX_BRANCHES:
+                return None
+            self._tapes.append(self._record(x.copy()))
+            return len(self._tapes) - 1
+
+    def _fresh(self, x):
+        """Past MAX_BRANCHES: record at x and answer from the recording itself."""
+        tape = self._record(self._vector(x).copy())
+        return tape.value_and_gradient_recorded()
+
+    # ------------------------------------------------ the interface
+    def logdensity_and_gradient(self, x):
+        """(log density, gradient) at the flat vector x, value first."""
+        st = getattr(self._local, "state", None)
+        if (st is not None and st.programs and type(x) is np.ndarray and x.dtype is _F64
+                and x.shape == st.x.shape):
+            # the sampler loop: copy x into the bound buffer, one C call
+            _copyto(st.x, x)
+            try:
+                return st.programs[0][1](), st.g.copy()
+            except BranchChanged:
+                pass                        # another branch: the general path below
+        res = self._replay(x, lambda ctape, run, st: (run(), st.g.copy()))
+        return res if res is not None else self._fresh(x)
+
+    def logdensity(self, x):
+        """The log density at x (a forward sweep only)."""
+        res = self._replay(x, lambda ctape, run, st: ctape.forward(st.x))
+        return res if res is not None else self._fresh(x)[0]
+
+    __call__ = logdensity
+
+    def gradient(self, x):
+        return self.logdensity_and_gradient(x)[1]
+
+    def grad_and_value(self, x):
+        """(gradient, value): the order mici's grad_neg_log_dens may return."""
+        v, g = self.logdensity_and_gradient(x)
+        return g, v
+
+    def hvp(self, x, v):
+        """Hessian-vector product at x (forward-over-reverse in C), e.g. scipy's hessp."""
+        v = self._vector(v)
+        res = self._replay(x, lambda ctape, run, st: ctape.hvp(st.x, v))
+        if res is None:
+            return _api.hvp(self._model, self._vector(x), v)
+        return res
+
+    def hessian(self, x):
+        res = self._replay(x, lambda ctape, run, st: ctape.hessian(st.x))
+        if res is None:
+            return _api.hessian(self._model, self._vector(x))
+        return res
+
+    # ------------------------------------------------ batches (ctape.batch_*)
+    def _rows(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.dimension:
+            raise InputError(f"pass X of shape (k, {self.dimension}): one flat point a row "
+                             f"(got shape {X.shape})")
+        return X
+
+    def batch_logdensity_and_gradient(self, X, threads=None):
+        """(values[k], gradients[k, dimension]) at the rows of X, in one C call per
+        thread (``threads=n`` splits the rows); ensemble and SMC samplers,
+        multi-start optimisation."""
+        X = self._rows(X)
+        ctape = self._program(self._state(), 0)[0]
+        try:
+            return ctape.batch_value_and_gradient(X, threads=threads)
+        except BranchChanged:
+            # some row takes another branch: row by row, recording what it needs
+            pairs = [self.logdensity_and_gradient(x) for x in X]
+            return (np.array([v for v, _ in pairs]),
+                    np.array([g for _, g in pairs]).reshape(X.shape))
+
+    def batch_logdensity(self, X, threads=None):
+        """values[k] at the rows of X (forward sweeps only): emcee's vectorize=True."""
+        X = self._rows(X)
+        ctape = self._program(self._state(), 0)[0]
+        try:
+            return ctape.batch_forward(X, threads=threads)
+        except BranchChanged:
+            return np.array([self.logdensity(x) for x in X])
+
+    def negative(self):
+        """A view computing -log density (and its derivatives), for minimisers and mici."""
+        return NegativeLogDensity(self)
+
+    def mici_kwargs(self):
+        """neg_log_dens= and grad_neg_log_dens= for a mici system:
+        ``mici.systems.EuclideanMetricSystem(**ld.mici_kwargs())``."""
+        neg = self.negative()
+        return {"neg_log_dens": neg.logdensity, "grad_neg_log_dens": neg.grad_and_value}
+
+    def __repr__(self):
+        return (f"<rt.LogDensity of {getattr(self.f, '__name__', self.f)!s}: dimension "
+                f"{self.dimension}, {len(self._tapes)} recorded branch(es)>")
+
+    # ------------------------------------------------ copy and pickle
+    def __deepcopy__(self, memo):
+        new = LogDensity(self.f, self._x0_tree, names=self.names,
+                         bijectors=copy.deepcopy(self.bijectors, memo),
+                         _tapes=copy.deepcopy(self._tapes, memo))
+        memo[id(self)] = new
+        return new
+
+    def __copy__(self):
+        return self.__deepcopy__({})
+
+    def __reduce__(self):
+        return (_rebuild, (self.f, self._x0_tree, self.names, list(self._tapes),
+                           self.bijectors))
+
+
+def _rebuild(f, x0, names, tapes, bijectors=None):
+    return LogDensity(f, x0, names=names, bijectors=bijectors, _tapes=tapes)
+
+
+def _leaf(v):
+    if isinstance(v, (float, int, np.floating, np.integer)):
+        return float(v)
+    return np.array(v, dtype=np.float64)
+
+
+def _is_bijector(b):
+    return all(callable(getattr(b, m, None))
+               for m in ("forward", "inverse", "forward_log_det_jacobian"))
+
+
+def _bij_name(b):
+    return getattr(b, "name", None) or type(b).__name__.lower()
+
+
+def _spread_bijectors(spec, x0, treedef, n_leaves):
+    """One bijector (or None) per leaf of x0, from a spec in x0's structure or a prefix of it."""
+    if spec is None:
+        return [None] * n_leaves
+    if _is_bijector(spec):
+        return [spec] * n_leaves
+    if treedef is None:
+        if isinstance(x0, tuple) and isinstance(spec, (tuple, list)) and len(spec) == n_leaves:
+            return [_one(b, f"bijectors[{i}]") for i, b in enumerate(spec)]
+        raise InputError(f"bijectors= takes a bijector, None, or (for a tuple x0) one of them "
+                         f"per entry; got {spec!r:.80}")
+    out = []
+    _spread(spec, treedef, "bijectors", out)
+    return out
+
+
+def _one(b, where):
+    if b is None or _is_bijector(b):
+        return b
+    raise InputError(f"{where} is a {type(b).__name__}, not a bijector (an object with forward, "
+                     "inverse and forward_log_det_jacobian, e.g. revtape.bijectors.exp) or None")
+
+
+def _spread(spec, td, where, out):
+    if spec is None or _is_bijector(spec):
+        out.extend([spec] * td.n_leaves)
+        return
+    if td.kind is None:
+        _one(spec, where)
+    if td.kind in (dict, collections.OrderedDict, collections.defaultdict) and isinstance(spec, dict):
+        keys = td.aux[1] if td.kind is collections.defaultdict else td.aux
+        unknown = [k for k in spec if k not in keys]
+        if unknown:
+            raise InputError(f"{where} names {unknown!r}, which x0 does not have (its keys: "
+                             f"{list(keys)!r})")
+        for k, child in zip(keys, td.children):
+            _spread(spec.get(k), child, f"{where}[{k!r}]", out)
+        return
+    if isinstance(spec, (tuple, list)) and isinstance(td.kind, type) and \
+            issubclass(td.kind, (tuple, list)) and len(spec) == len(td.children):
+        for i, (b, child) in enumerate(zip(spec, td.children)):
+            _spread(b, child, f"{where}[{i}]", out)
+        return
+    raise InputError(f"{where} ({spec!r:.60}) does not follow x0's structure there ({td}): give "
+                     "a bijector or None per leaf, in x0's containers or a prefix of them")
+
+
+def _unconstrained_x0(b, v, path):
+    """The leaf's unconstrained value, refusing a start outside the bijector's image."""
+    with np.errstate(all="ignore"):
+        y = np.asarray(b.inverse(v), dtype=np.float64)
+        back = np.asarray(b.forward(y), dtype=np.float64)
+    if not np.all(np.isfinite(y)) or back.shape != np.shape(v) or not np.allclose(
+            back, v, rtol=1e-8, atol=1e-12):
+        raise InputError(f"x0's {path} = {v!r:.60} is not inside the support of its bijector "
+                         f"{b!r} (its inverse gives {y!r:.60}): start at a point that "
+                         "satisfies the constraint")
+    return float(y) if y.ndim == 0 else y
+
+
+class NegativeLogDensity:
+    """-log density of a LogDensity, with the same methods (and its own negative())."""
+
+    def __init__(self, base):
+        self.base = base
+
+    dimension = property(lambda self: self.base.dimension)
+    names = property(lambda self: self.base.names)
+    x0 = property(lambda self: self.base.x0)
+
+    def logdensity(self, x):
+        return -self.base.logdensity(x)
+
+    __call__ = logdensity
+
+    def logdensity_and_gradient(self, x):
+        v, g = self.base.logdensity_and_gradient(x)
+        np.negative(g, out=g)
+        return -v, g
+
+    def gradient(self, x):
+        return self.logdensity_and_gradient(x)[1]
+
+    def grad_and_value(self, x):
+        v, g = self.logdensity_and_gradient(x)
+        return g, v
+
+    def hvp(self, x, v):
+        return -self.base.hvp(x, v)
+
+    def batch_logdensity_and_gradient(self, X, threads=None):
+        v, g = self.base.batch_logdensity_and_gradient(X, threads)
+        return -v, -g
+
+    def batch_logdensity(self, X, threads=None):
+        return -self.base.batch_logdensity(X, threads)
+
+    def hessian(self, x):
+        return -self.base.hessian(x)
+
+    def negative(self):
+        return self.base
+
+    def flatten(self, x):
+        return self.base.flatten(x)
+
+    def unflatten(self, x):
+        return self.base.unflatten(x)
+
+    def constrain(self, y):
+        return self.base.constrain(y)
+
+    def unconstrain(self, x):
+        return self.base.unconstrain(x)
+
+    def __repr__(self):
+        return f"<negative of {self.base!r}>"
+
+    def __reduce__(self):
+        return (NegativeLogDensity, (self.base,))

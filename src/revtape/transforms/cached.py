@@ -1,0 +1,367 @@
+"""rt.jacobian(f), rt.hessian(f), rt.hvp(f), rt.jvp(f): cached, compiled,
+guarded transforms (the forms without x), and JAX's one-shot rt.jvp / rt.vjp.
+
+A cached transform records f on its first call for each input structure,
+compiles the tape, and replays it after, with the same binding guards (the
+watcher of transforms.py) and branch guards as rt.grad: a redefined helper or
+a changed branch re-records (or raises StaleTape with on_stale="raise").
+
+* ``rt.jacobian(f)(x, *args)``: one reverse sweep per output element in C.
+* ``rt.hessian(f)(x, *args)``: the compiled gradient program of f (a
+  HessianTape) and one tangent sweep per input element, in C.
+* ``rt.hvp(f)(x, v, *args)``: one forward and one tangent sweep of that
+  program -- what ``ctape.hvp`` costs, plus the guard checks.
+* ``rt.jvp(f)(x, v, *args)`` -> ``(f(x), J v)``: one forward and one tangent sweep.
+
+x (differentiated) is a float, an array or a pytree; the other arguments
+are static: part of the cache key (arrays by their bytes), as JAX's
+``static_argnums`` would be.  Each thread replays its own deep copy of a
+compiled variant (made on its first call there), so a transform may be
+called from many threads at once.
+"""
+
+import copy
+import threading
+import warnings
+from collections import namedtuple
+
+import numpy as np
+
+from ..core import pytree
+from ..trace.hessian import HessianTape, Parts
+from ..trace.recording import gc_paused
+from ..runtime.compiled import CompiledTape
+from ..errors import BranchChanged, InputError, StaleTape
+from .functional import is_tracked, regroup, track_arg
+from ..trace.tape import Tape
+from .grad import MAX_VARIANTS, StaleTapeWarning, _pre_snapshots, _Watcher, collect_guards
+from ..trace.watch import RandomDrawWarning
+
+KINDS = ("jacobian", "hessian", "hvp", "jvp")
+CacheInfo = namedtuple("CacheInfo", "records replays branch_failures stale variants")
+
+
+def _static_key(a):
+    """A static argument as part of the cache key (arrays by their bytes)."""
+    if isinstance(a, np.ndarray):
+        return ("array", a.shape, a.dtype.str, a.tobytes())
+    if isinstance(a, (list, tuple)):
+        return (type(a), tuple(_static_key(v) for v in a))
+    if isinstance(a, dict):
+        return (type(a), tuple((_static_key(k), _static_key(v)) for k, v in a.items()))
+    try:
+        hash(a)
+    except TypeError:
+        # keyed by identity it could match another object later at the same
+        # address: refuse rather than risk a stale replay
+        raise InputError(f"a static argument of a cached transform must be hashable (or a "
+                         f"list, tuple, dict or array of such); got a {type(a).__name__}") from None
+    return (type(a), a)
+
+
+class _Variant:
+    """One recorded branch: its guards and a compiled program per thread, with
+    the replay function bound to that program (runner())."""
+
+    def __init__(self, ctape, check, make_run):
+        self.ctape = ctape
+        self.check = check
+        self.owner = threading.get_ident()
+        self.local = threading.local()
+        self._make_run = make_run
+        self.run = make_run(ctape)
+
+    def program(self):
+        if threading.get_ident() == self.owner:
+            return self.ctape
+        c = getattr(self.local, "ctape", None)
+        if c is None:
+            c = self.local.ctape = copy.deepcopy(self.ctape)
+        return c
+
+    def runner(self):
+        """run(x, v) replaying this thread's program."""
+        if threading.get_ident() == self.owner:
+            return self.run
+        r = getattr(self.local, "run", None)
+        if r is None:
+            r = self.local.run = self._make_run(self.program())
+        return r
+
+
+def _hvp_runner(ctape):
+    """ctape.hvp as a closure, with ctape.hvp's per-call decisions (which
+    program, which sweep, which layout) taken once, and a direct path for
+    float64 arrays of the input's shape: the same rt_jvp call on the same
+    buffers, so the same bits."""
+    h = ctape._hessian_program()
+    general = ctape.hvp
+    if (h._parts is not None or not h._single or h._in_float[0] or not h._tangents_defined()
+            or h._grad_shapes[0] != h._x_shape or h._program.out_len != h._g_len):
+        return lambda x, v: general(x, v)
+    from ..runtime.compiled import _F64, _ND, _DOUBLES, _from_buffer, ffi, lib
+    shape, p, status, tape, arena = h._x_shape, h._p, h._status, h._tape, h._arena
+    jvp, null, empty = lib.rt_jvp, ffi.NULL, np.empty
+
+    def run(x, v):
+        if (type(x) is _ND and type(v) is _ND and x.dtype is _F64 and v.dtype is _F64
+                and x.shape == shape and v.shape == shape):
+            fx, fv = x.flags, v.flags
+            if fx.c_contiguous and fv.c_contiguous and fx.aligned and fv.aligned:
+                hv = empty(shape)
+                xp = _from_buffer(_DOUBLES, x)
+                st = jvp(p, xp, _from_buffer(_DOUBLES, v), null, _from_buffer(_DOUBLES, hv))
+                if st:
+                    status(st, xp)
+                if tape is not None:
+                    tape._replayed_by = arena
+                return hv
+        return general(x, v)
+
+    return run
+
+
+class CachedTransform:
+    """The function returned by rt.jacobian(f), rt.hessian(f), rt.hvp(f), rt.jvp(f)."""
+
+    def __init__(self, fun, kind, on_stale="rerecord"):
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}")
+        if on_stale not in ("rerecord", "raise"):
+            raise ValueError("on_stale must be 'rerecord' or 'raise'")
+        self.fun = fun
+        self.kind = kind
+        self.on_stale = on_stale
+        self._cache = {}
+        self._lock = threading.Lock()
+        self._stats = {"records": 0, "replays": 0, "branch_failures": 0, "stale": 0}
+        self._warned = False
+        self._warned_draws = False
+        self.__name__ = getattr(fun, "__name__", type(fun).__name__)
+        self.__doc__ = getattr(fun, "__doc__", None)
+        self.__wrapped__ = fun
+        self._takes_v = kind in ("hvp", "jvp")
+        self._replay = getattr(self, "_replay_" + kind)
+        replay = self._replay
+        self._make_run = _hvp_runner if kind == "hvp" else (
+            lambda ctape: lambda x, v: replay(ctape, x, v))
+
+    def __repr__(self):
+        return f"<rt.{self.kind}({self.__name__}) cached transform>"
+
+    # ------------------------------------------------ call
+    def __call__(self, x, *args, **kwargs):
+        v = None
+        if self._takes_v:
+            if not args:
+                raise TypeError(f"rt.{self.kind}(f) is called as rt.{self.kind}(f)(x, v, *args)")
+            v, args = args[0], args[1:]
+        if type(x) is np.ndarray and not args and not kwargs:
+            key = (x.shape, x.dtype.char)          # the common case, keyed in a few ns
+        else:
+            key = self._key(x, args, kwargs)
+        variants = self._cache.get(key)
+        if variants:
+            for var in variants:            # lists are replaced whole, never changed
+                reason = var.check()
+                if reason is not None:
+                    self._stats["stale"] += 1
+                    if self.on_stale == "raise":
+                        raise StaleTape(f"the cached tape of {self.__name__} is stale: {reason}; "
+                                        "call again with on_stale='rerecord' or clear_cache()")
+                    with self._lock:
+                        self._cache[key] = []
+                    break
+                try:
+                    res = var.runner()(x, v)
+                except BranchChanged as e:
+                    self._stats["branch_failures"] += 1
+                    if self.on_stale == "raise":
+                        raise StaleTape(f"the cached tape of {self.__name__} took another "
+                                        f"branch: {e}") from e
+                    continue
+                self._stats["replays"] += 1
+                return res
+        return self._record(key, x, v, args, kwargs)
+
+    def _key(self, x, args, kwargs):
+        leaves, td = pytree.flatten(x)
+        shapes = []
+        for leaf in leaves:
+            if is_tracked(leaf):
+                raise InputError(f"rt.{self.kind}(f) takes plain values; nest rt.grad for "
+                                 "higher derivatives of a scalar function")
+            pytree.check_leaf(leaf)
+            shapes.append((np.shape(leaf), "a" if isinstance(leaf, (np.ndarray, list)) else "f"))
+        return (td, tuple(shapes), tuple(_static_key(a) for a in args),
+                tuple((k, _static_key(kwargs[k])) for k in sorted(kwargs)))
+
+    @staticmethod
+    def _replay_jacobian(ctape, x, v):
+        return ctape.jacobian(x)
+
+    @staticmethod
+    def _replay_hessian(ctape, x, v):
+        return ctape.hessian(x)
+
+    @staticmethod
+    def _replay_hvp(ctape, x, v):
+        return ctape.hvp(x, v)
+
+    @staticmethod
+    def _replay_jvp(ctape, x, v):
+        return _jvp_with_value(ctape, x, v)
+
+    def _record(self, key, x, v, args, kwargs):
+        # f runs outside the lock (it may call this transform itself); the
+        # cache is changed under it, by replacing an entry's list whole, so a
+        # thread iterating the old list never sees it change
+        ctape, guards, draws = self._build(x, args, kwargs)
+        if draws:
+            # f draws random numbers: a cached program would replay them as
+            # constants, so nothing is cached and every call records afresh
+            if not self._warned_draws:
+                self._warned_draws = True
+                warnings.warn(f"{self.__name__} draws random numbers ({draws}); rt.{self.kind}"
+                              "(f) records it on every call so that each call draws afresh "
+                              "(correct, but not compiled). Pass the noise in as an argument",
+                              RandomDrawWarning, stacklevel=3)
+            return self._replay(ctape, x, v)
+        var = _Variant(ctape, guards.compiled_check(), self._make_run)
+        with self._lock:
+            variants = self._cache.get(key, [])
+            if len(variants) >= MAX_VARIANTS:
+                warn, self._warned = not self._warned, True
+                variants = variants[:-1]            # the least recently recorded goes
+            else:
+                warn = False
+            self._cache[key] = [var] + variants
+            self._stats["records"] += 1
+        if warn:
+            warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
+                          "(its branches keep changing); the oldest are dropped",
+                          StaleTapeWarning, stacklevel=3)
+        return self._replay(ctape, x, v)
+
+    def _build(self, x, args, kwargs):
+        fun = self.fun
+        tape = Tape()
+        pre = _pre_snapshots(fun)
+        watcher = _Watcher()
+        second_order = self.kind in ("hessian", "hvp")
+        leaves, td = pytree.flatten(x)
+        parts = None
+        if second_order and td.kind is not None:
+            # a pytree: f is recorded on one flat vector, so the gradient is one
+            # vector and the Hessian one matrix (HessianTape's layout)
+            parts = Parts(leaves, td)
+            z = tape.track(parts.flatten(x))
+            tx = parts.tree(parts.split(z))
+        else:
+            tx = track_arg(tape, x)
+            if td.kind is not None:
+                tape._treedef = td
+        with gc_paused():
+            out = watcher.run(fun, tx, *args, **kwargs)
+        tape.finish(out)
+        guards = collect_guards(fun, watcher, pre, (x, *args), kwargs)
+        draws = watcher.draw_report() if getattr(watcher, "draws", None) else None
+        if second_order:
+            tape._scalar_output()
+            htape = HessianTape._from_tape(tape)
+            htape._parts = parts
+            return CompiledTape(htape), guards, draws
+        return CompiledTape(tape), guards, draws
+
+    # ------------------------------------------------ copy and pickle
+    # A copy starts with an empty cache (it records on its first call): the
+    # compiled variants belong to this object's threads; f travels by reference.
+    def __reduce__(self):
+        return (CachedTransform, (self.fun, self.kind, self.on_stale))
+
+    def __deepcopy__(self, memo):
+        return CachedTransform(self.fun, self.kind, self.on_stale)
+
+    __copy__ = lambda self: self.__deepcopy__({})
+
+    # ------------------------------------------------ introspection
+    def cache_info(self):
+        return CacheInfo(variants=sum(len(v) for v in self._cache.values()), **self._stats)
+
+    def clear_cache(self):
+        self._cache.clear()
+
+
+def _jvp_with_value(ctape, x, v):
+    """(f(x), J v): one forward and one tangent sweep; the value is the output
+    the sweep left in the arena, read while owning the program (each thread
+    replays its own copy, so it is this call's)."""
+    ydot = ctape._jvp_flat(x, v)
+    _, y, _ = ctape._arena.read_replay()
+    shape = ctape._program.out_shape
+    if shape == ():
+        return float(y[0]), float(ydot[0])
+    return y.reshape(shape), ydot.reshape(shape)
+
+
+# ---------------------------------------------------------------- JAX's one-shot forms
+
+def _record_primals(f, primals):
+    if not isinstance(primals, (tuple, list)):
+        raise InputError("primals must be a tuple (or list) of arguments, as in jax.jvp")
+    tape = Tape()
+    targs = [track_arg(tape, p) for p in primals]
+    with gc_paused():
+        out = f(*targs)
+    tape.finish(out)
+    layout = []
+    for p in primals:
+        if pytree.is_container(p):
+            td = pytree.flatten(p)[1]
+            layout.append((td, td.n_leaves))
+        else:
+            layout.append(None)
+    leaves = [leaf for p in primals for leaf in (pytree.flatten(p)[0] if pytree.is_container(p)
+                                                 else [p])]
+    return tape, layout, leaves
+
+
+def _flat_arg(leaves):
+    return leaves[0] if len(leaves) == 1 else tuple(leaves)
+
+
+def jvp(f, primals=None, tangents=None):
+    """rt.jvp(f, primals, tangents) -> (f(*primals), J tangents), as jax.jvp: f
+    recorded at primals and one tangent sweep in C.  rt.jvp(f) without primals
+    is the cached transform: rt.jvp(f)(x, v) -> (f(x), J v)."""
+    if primals is None:
+        return CachedTransform(f, "jvp")
+    if not isinstance(tangents, (tuple, list)) or len(tangents) != len(primals):
+        raise InputError("tangents must be a tuple with one tangent per primal, as in jax.jvp")
+    tape, layout, leaves = _record_primals(f, primals)
+    ctape = CompiledTape(tape)
+    tleaves = []
+    for t, e in zip(tangents, layout):
+        tleaves.extend(pytree.leaves_of(e[0], t, "tangent") if e is not None else [t])
+    ydot = ctape._jvp_flat(_flat_arg(leaves), _flat_arg(tleaves))
+    out = tape.values[tape.output_id]
+    shape = ctape._program.out_shape
+    return out, (float(ydot[0]) if shape == () else ydot.reshape(shape))
+
+
+def vjp(f, *primals):
+    """rt.vjp(f, *primals) -> (f(*primals), vjp_fun), as jax.vjp: vjp_fun(w)
+    returns a tuple with one cotangent per primal (shaped like it: pytrees
+    too), each call one reverse sweep in C at the recorded primals."""
+    tape, layout, leaves = _record_primals(f, primals)
+    ctape = CompiledTape(tape)
+    out = tape.values[tape.output_id]
+    x = _flat_arg(leaves)
+    lock = threading.Lock()
+
+    def vjp_fun(w):
+        with lock:                          # the closure's program is one object
+            g = ctape.vjp(x, w)
+        return regroup(g, layout)
+
+    return out, vjp_fun
