@@ -326,7 +326,7 @@ def test_without_the_checked_module_bind_falls_back_to_the_cffi_calls():
     code = (
         "import sys; sys.modules['revtape._checked'] = None\n"
         "import numpy as np, pickle, copy, revtape as rt\n"
-        "from revtape import compiled\n"
+        "from revtape.runtime import compiled\n"
         "assert compiled._checked is None and compiled._BoundCall is None\n"
         "ct = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(2)), native=False)\n"
         "g = np.empty(2); run = ct.bind(np.array([1.0, 2.0]), g)\n"

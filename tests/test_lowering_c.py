@@ -12,6 +12,7 @@ import pytest
 
 import revtape as rt
 import revtape.trace.tape as tape_mod
+from revtape.core import ops
 from revtape.lower import compiler
 from revtape.bench import workloads as W
 
@@ -157,7 +158,7 @@ def test_random_tapes_use_every_fusion():
     for seed in range(60):
         f, x = random_function(seed)
         p = compiler.compile_tape(_record(f, x))
-        seen.update(rt.ops.VM_OPCODES[w & 0xFFFF] for w in p.code[:, 0])
+        seen.update(ops.VM_OPCODES[w & 0xFFFF] for w in p.code[:, 0])
     for name in ("AXPY", "SQDIFF", "CSUM", "SSD", "GAXPY", "GUARD_GT", "GATHER", "SIN"):
         assert name in seen, name
 
