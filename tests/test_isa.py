@@ -58,9 +58,9 @@ def test_word_layout_and_statuses_come_from_the_table_through_cffi():
     assert (lib.RT_WORDS, lib.RT_FLAGS_SHIFT, lib.RT_OPCODE_MASK) == \
         (isa.WORDS, isa.FLAGS_SHIFT, isa.OPCODE_MASK)
     assert compiler.WORDS == isa.WORDS and compiler.FLAGS_SHIFT == isa.FLAGS_SHIFT
-    from revtape.runtime import compiled
+    from revtape.runtime import vm
     for value, (name, _) in enumerate(isa.STATUSES):
-        assert getattr(lib, "RT_" + name) == value == getattr(compiled, "RT_" + name)
+        assert getattr(lib, "RT_" + name) == value == getattr(vm, "RT_" + name)
 
 
 def test_compiled_programs_keep_to_their_rows():

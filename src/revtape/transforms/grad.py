@@ -44,7 +44,8 @@ from . import draws as _draws, functional
 from ..core import ops
 from .functional import _holds_tracked
 from ..trace.recording import gc_paused
-from ..runtime.compiled import CompiledTape, ffi as _ffi, lib as _lib
+from ..runtime.compiled import CompiledTape
+from ..runtime.vm import ffi as _ffi, lib as _lib
 from ..errors import (BranchChanged, InputError, OutputError, PicklingError, RevtapeError,
                       StaleTape)
 from ..trace.tape import Tape
