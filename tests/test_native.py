@@ -158,7 +158,7 @@ def test_the_disk_cache_is_reused_without_compiling(cache, rng):
     assert _same(again.value_and_gradient(np.array([0.3, 0.4]))[1],
                  nt.value_and_gradient(np.array([0.3, 0.4]))[1])
     # another process finds the same file and builds nothing
-    code = ("import numpy as np, revtape as rt; from revtape import native\n"
+    code = ("import numpy as np, revtape as rt; from revtape.runtime import native\n"
             "t = rt.compile(rt.GradientTape(lambda x: np.sin(x[0]) * x[1] + 0.123456,"
             " np.array([0.3, 0.4])), native=True)\n"
             "print(native.compiles, t._native_path, repr(t.value_and_gradient(np.array([0.3, 0.4]))[0]))")

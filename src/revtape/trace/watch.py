@@ -42,7 +42,7 @@ import warnings
 
 import numpy as np
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # revtape/
 _SKIP_DIRS = tuple({os.path.abspath(p) for p in (
     sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("purelib"),
     sysconfig.get_paths().get("platlib"), _PKG_DIR) if p})
