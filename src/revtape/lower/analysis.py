@@ -307,4 +307,3 @@ class Analysis:
     def _uses(self):
         """node -> how many operands of kept instructions (guards included) it is"""
         return self._use_counts
-

@@ -13,6 +13,7 @@ from ..core import ops
 from ..core.isa import FLAGS_SHIFT, WORDS   # the word layout (isa.py, generated into vm.h's ABI)
 from ..errors import UnsupportedError
 
+
 class _Words:
     """The instruction words as they are emitted, in one flat int32
     array.array (6 words an instruction, the program's own type): a list of
@@ -33,7 +34,6 @@ class _Words:
     def to_numpy(self):
         return np.frombuffer(self._a, dtype=np.int32).reshape(-1, WORDS) if self._a \
             else np.zeros((0, WORDS), dtype=np.int32)
-
 
 
 class Emission:

@@ -86,7 +86,6 @@ class _Arena:
         return x, y, prog
 
 
-
 class _FastMarks:
     """tape._replayed_by once a one-call bind of the tape exists: C writes the
     id of the arena each bound replay ran in into `cell`, the Python replay
@@ -144,4 +143,3 @@ def _checked_marks(tape, arena, state):
     marks.mark(arena)
     marks.bound(arena, state)
     return ffi.buffer(marks.cell), marks.id_of(arena)
-

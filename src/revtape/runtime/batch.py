@@ -407,4 +407,3 @@ def _executor(n):
             _pool[0], _pool[1] = ThreadPoolExecutor(max_workers=n,
                                                     thread_name_prefix="revtape-batch"), n
         return _pool[0]
-

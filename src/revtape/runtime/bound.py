@@ -167,7 +167,6 @@ class _OneCall(_partial):
         return self
 
 
-
 if _checked is not None:
     class _BoundCall(_checked.Bound):
         """ctape.bind(x_buf, g_buf) as checked.c's Bound: a call with no Python

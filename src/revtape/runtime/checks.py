@@ -182,4 +182,3 @@ def _check_tape(prog, tape):
         _refuse("its tape's inputs differ from the program's")
     if tuple(shape_of(out)) != prog.out_shape:
         _refuse("its tape's output differs from the program's")
-

@@ -156,8 +156,10 @@ class CompiledTape(Replay, Sweeps, Plumbing, Batches, Binding, NativeHandoff):
         return (f"<CompiledTape {len(self)} instructions, {self._program.n_vals} arena values, "
                 f"guards {'on' if self._guards else 'off'}>")
 
+    # ------------------------------------------------ the Hessian program
     def _hessian_program(self):
-        """The compiled HessianTape of this gradient tape, built on first use."""
+        """The compiled HessianTape of this gradient tape, built on first use
+        (sweeps.py: hessian() and hvp() sweep over its gradient)."""
         if self._program.out_shape != () or self._tape is None:
             raise OutputError("hessian() and hvp() need a scalar output: use a GradientTape "
                               "or rt.HessianTape(f, x)")

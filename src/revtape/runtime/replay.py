@@ -39,8 +39,8 @@ class Replay:
         # value_and_gradient's checks and replay in one C call (revtape._checked)
         self._ck = None
         if _checked is not None and self._fast_shape is not None and len(self._fast_shape) <= 8:
-            self._ck = _checked.State(ffi.buffer(self._p), self._arena, self._tape, _ND, _F64, _empty,
-                                      tuple(self._fast_shape), _checked_marks,
+            self._ck = _checked.State(ffi.buffer(self._p), self._arena, self._tape, _ND, _F64,
+                                      _empty, tuple(self._fast_shape), _checked_marks,
                                       _hot_of(weakref.ref(self)))
 
     def _mark_replayed(self):
@@ -244,4 +244,3 @@ class Replay:
         return [float(vals[off]) if shape == () else
                 vals[off:off + int(np.prod(shape, dtype=np.int64))].reshape(shape).copy()
                 for off, shape in self._program.extras]
-

@@ -76,7 +76,6 @@ class Sweeps:
         self._mark_replayed()
         return ydot
 
-
     # Forward-over-reverse: the program of a HessianTape computes f's gradient
     # (the reverse pass, recorded), and tangent sweeps over it differentiate
     # that gradient in C.
