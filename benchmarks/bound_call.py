@@ -1,4 +1,4 @@
-"""Where a bound call's time goes: the call mechanism against the VM (issue 17).
+"""Where a bound call's time goes: the call mechanism against the VM.
 
     python benchmarks/bound_call.py [rounds] [calls] [workload ...]
     # defaults: 60 rounds, 2000 calls a block, eight-schools rosenbrock-loop
@@ -35,7 +35,7 @@ if __name__ == "__main__":   # run as a script: this checkout's revtape
 import cffi  # noqa: E402
 
 import revtape as rt  # noqa: E402
-from revtape.runtime import compiled  # noqa: E402
+from revtape.runtime import bound  # noqa: E402
 from revtape._vm import ffi as vm_ffi, lib as vm_lib  # noqa: E402
 from revtape.bench import _ref, workloads  # noqa: E402
 
@@ -98,7 +98,7 @@ def measure(name, rounds, calls, hffi, hlib):
     xs = {k: x0.copy() for k in ("c", "cffi", "ref", "vmC", "refC")}
     gs = {k: np.empty_like(x0) for k in xs}
     run_c = ct.bind(xs["c"], gs["c"])
-    assert compiled._BoundCall is not None and type(run_c) is compiled._BoundCall
+    assert bound._BoundCall is not None and type(run_c) is bound._BoundCall
     run_cffi = ct._bind_one_call(vm_ffi.from_buffer("double[]", xs["cffi"]),
                                  vm_ffi.from_buffer("double[]", gs["cffi"]))
     cref = wl.make_c_vg()

@@ -1,6 +1,6 @@
-"""ctape.bind(x, g) as one C call -- checked.c's Bound (compiled._BoundCall)
+"""ctape.bind(x, g) as one C call -- checked.c's Bound (runtime/bound.py: _BoundCall)
 or, without revtape._checked, a partial of rt_bound_value_and_grad
-(compiled._OneCall): the programs it serves, its bits, rt.value after it,
+(runtime/bound.py: _OneCall): the programs it serves, its bits, rt.value after it,
 threads, pickling.  Every test runs on both paths (the `path` fixture)."""
 
 import copy
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape.runtime import compiled
+from revtape.runtime import bound
 from revtape.bench import workloads
 
 
@@ -23,15 +23,15 @@ def _bits(a):
 def path(request, monkeypatch):
     """"c": checked.c's Bound serves bind(); "cffi": the module is taken away
     and bind() falls back to the cffi partial (or the Python frame)."""
-    if request.param == "c" and compiled._BoundCall is None:
+    if request.param == "c" and bound._BoundCall is None:
         pytest.skip("revtape._checked is not built")
     if request.param == "cffi":
-        monkeypatch.setattr(compiled, "_BoundCall", None)
+        monkeypatch.setattr(bound, "_BoundCall", None)
     return request.param
 
 
 def _one_call(path):
-    return compiled._BoundCall if path == "c" else compiled._OneCall
+    return bound._BoundCall if path == "c" else bound._OneCall
 
 
 def _guarded(x):
@@ -62,8 +62,8 @@ def test_programs_that_can_raise_keep_the_python_bound_call(path):
     xb, gb = np.array([1.0, 2.0]), np.empty(2)
     run = ct.bind(xb, gb)
     # the C call raises through CompiledTape._status; the cffi partial cannot
-    assert isinstance(run, compiled._BoundCall) if path == "c" else \
-        not isinstance(run, compiled._OneCall)
+    assert isinstance(run, bound._BoundCall) if path == "c" else \
+        not isinstance(run, bound._OneCall)
     assert run() == 5.0
     xb[0] = -1.0
     with pytest.raises(rt.BranchChanged):

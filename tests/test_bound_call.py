@@ -1,4 +1,4 @@
-"""ctape.bind(x_buf, g_buf)'s callable as checked.c's Bound (compiled._BoundCall):
+"""ctape.bind(x_buf, g_buf)'s callable as checked.c's Bound (runtime/bound.py: _BoundCall):
 a call with no Python frame and no cffi conversion, with the semantics of the
 Python-side binds it replaces -- which serve whenever revtape._checked is
 missing, so every semantic test runs on both paths (the `path` fixture):
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape.runtime import compiled, native
+from revtape.runtime import bound, native
 from revtape.bench import workloads
 
 
@@ -29,14 +29,14 @@ from revtape.bench import workloads
 def path(request, monkeypatch):
     """"c": checked.c's Bound serves bind(); "cffi": without it, bind() is
     the cffi partial (_OneCall) or the Python frame around cffi."""
-    if request.param == "c" and compiled._BoundCall is None:
+    if request.param == "c" and bound._BoundCall is None:
         pytest.skip("revtape._checked is not built")
     if request.param == "cffi":
-        monkeypatch.setattr(compiled, "_BoundCall", None)
+        monkeypatch.setattr(bound, "_BoundCall", None)
     return request.param
 
 
-needs_c = pytest.mark.skipif(compiled._BoundCall is None, reason="revtape._checked is not built")
+needs_c = pytest.mark.skipif(bound._BoundCall is None, reason="revtape._checked is not built")
 
 
 def _bits(a):
@@ -61,7 +61,7 @@ def _with_guard():
 def test_bind_gives_the_c_call_for_every_program_it_can_bind():
     for ct in (_plain(), _with_guard()):
         run = ct.bind(np.ones(3), np.empty(3))
-        assert type(run) is compiled._BoundCall and isinstance(run, compiled._checked.Bound)
+        assert type(run) is bound._BoundCall and isinstance(run, bound._checked.Bound)
         assert run.ctape is ct
         with pytest.raises(TypeError, match="takes no arguments"):
             run(np.ones(3))
@@ -74,10 +74,10 @@ def test_bind_gives_the_c_call_for_every_program_it_can_bind():
 
 @needs_c
 def test_the_c_object_rechecks_what_c_relies_on():
-    # compiled.bind() words the users' errors; Bound itself refuses any buffer
+    # ctape.bind() words the users' errors; Bound itself refuses any buffer
     # C could read or write out of bounds, whoever builds it
     ct = _plain()
-    B, p = compiled._checked.Bound, compiled.ffi.buffer(ct._p)
+    B, p = bound._checked.Bound, bound.ffi.buffer(ct._p)
 
     def make(x, g, program=p, cell=None, mark_id=0):
         return B(program, ct, x, g, cell, mark_id, None, print, True)
@@ -108,7 +108,7 @@ def test_the_c_object_rechecks_what_c_relies_on():
     t.finish(np.sin(t.track(np.ones(3))))
     vec = rt.CompiledTape(t, native=False)
     with pytest.raises(ValueError, match="not a scalar"):
-        B(compiled.ffi.buffer(vec._p), vec, np.ones(3), np.empty(3), None, 0, None, print, True)
+        B(bound.ffi.buffer(vec._p), vec, np.ones(3), np.empty(3), None, 0, None, print, True)
 
 
 # ---------------------------------------------------------------- copies
@@ -316,7 +316,7 @@ def test_a_bound_call_makes_its_tape_hot_and_switches_to_native_bit_for_bit(
             if not ct.wait_native(600) and ct.native_state == "failed":
                 pytest.skip("no working C compiler: the VM keeps serving")
     assert states[:4] == ["vm"] * 4 and states[4] == "compiling"
-    assert states[-1] == "native" and ct._p.native != compiled.ffi.NULL
+    assert states[-1] == "native" and ct._p.native != bound.ffi.NULL
     assert rt.value(tape.output) == pytest.approx(f(xb), rel=1e-15)
 
 
@@ -326,11 +326,11 @@ def test_without_the_checked_module_bind_falls_back_to_the_cffi_calls():
     code = (
         "import sys; sys.modules['revtape._checked'] = None\n"
         "import numpy as np, pickle, copy, revtape as rt\n"
-        "from revtape.runtime import compiled\n"
-        "assert compiled._checked is None and compiled._BoundCall is None\n"
+        "from revtape.runtime import bound\n"
+        "assert bound._checked is None and bound._BoundCall is None\n"
         "ct = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(2)), native=False)\n"
         "g = np.empty(2); run = ct.bind(np.array([1.0, 2.0]), g)\n"
-        "assert type(run) is compiled._OneCall and run() == 5.0 and list(g) == [2.0, 4.0]\n"
+        "assert type(run) is bound._OneCall and run() == 5.0 and list(g) == [2.0, 4.0]\n"
         "assert copy.deepcopy(run) is run\n"
         "try:\n"
         "    pickle.dumps(run)\n"

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape.runtime import compiled as C
+from revtape.runtime import vm as C
+from revtape.runtime.arena import _checked_marks
 from revtape.bench import workloads
 
 pytestmark = pytest.mark.skipif(C._checked is None, reason="revtape._checked is not built")
@@ -181,7 +182,7 @@ def test_every_in_place_change_between_calls_is_seen():
 def test_a_state_checks_what_it_is_built_from():
     wl, ct = _eight_schools()
     args = (ct._arena, ct._tape, np.ndarray, np.dtype(np.float64), np.empty, (10,),
-            C._checked_marks, lambda: None)
+            _checked_marks, lambda: None)
     with pytest.raises(ValueError, match="rt_program"):
         C._checked.State(bytearray(8), *args)           # not an rt_program's memory
     with pytest.raises(ValueError, match="shape"):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import revtape as rt
 from revtape.lower import compiler
-from revtape.core import ops
+from revtape.core import isa, ops
 from revtape.bench import workloads
 from revtape import special as sps   # revtape's own: works without scipy installed
 
@@ -244,7 +244,7 @@ def test_jacobian_hessian_hvp_in_c():
 def test_code_is_a_read_only_view_of_its_own_buffer():
     ctape = rt.compile(rt.GradientTape(lambda x: np.sum(np.exp(x)), np.ones(3)))
     code = ctape.code
-    assert code.dtype == np.int32 and code.shape[1] == compiler.WORDS
+    assert code.dtype == np.int32 and code.shape[1] == isa.WORDS
     with pytest.raises(ValueError):
         code[0, 0] = 7
     assert "EXP" in ctape.disassemble() and "REDUCE_SUM" in ctape.disassemble()

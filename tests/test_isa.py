@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape.lower import compiler
+from revtape.lower import compiler, emit
 from revtape.core import isa, ops
 from revtape._vm import lib
 from revtape.runtime.compiled import CompiledTape
@@ -57,10 +57,10 @@ def test_the_table_lists_every_opcode_in_order():
 def test_word_layout_and_statuses_come_from_the_table_through_cffi():
     assert (lib.RT_WORDS, lib.RT_FLAGS_SHIFT, lib.RT_OPCODE_MASK) == \
         (isa.WORDS, isa.FLAGS_SHIFT, isa.OPCODE_MASK)
-    assert compiler.WORDS == isa.WORDS and compiler.FLAGS_SHIFT == isa.FLAGS_SHIFT
-    from revtape.runtime import compiled
+    assert emit.WORDS == isa.WORDS and emit.FLAGS_SHIFT == isa.FLAGS_SHIFT
+    from revtape.runtime import vm
     for value, (name, _) in enumerate(isa.STATUSES):
-        assert getattr(lib, "RT_" + name) == value == getattr(compiled, "RT_" + name)
+        assert getattr(lib, "RT_" + name) == value == getattr(vm, "RT_" + name)
 
 
 def test_compiled_programs_keep_to_their_rows():

@@ -1,5 +1,5 @@
 """The scalar lowering in C (csrc/tapeflow.c: rt_tape_fuse, rt_tape_emit;
-compiler._Lowering.lower_c) builds the programs the Python lowering builds,
+lower/clower.py: CLowering.lower_c) builds the programs the Python lowering builds,
 word for word: on the workloads, the recipes of test_scale, and random tapes
 mixing scalar code, fusable pairs, sum chains, views, guards and array
 instructions -- short tapes (tuple lists) and tapes in columns, with and
@@ -13,7 +13,7 @@ import pytest
 import revtape as rt
 import revtape.trace.tape as tape_mod
 from revtape.core import ops
-from revtape.lower import compiler
+from revtape.lower import clower, compiler, optable
 from revtape.bench import workloads as W
 
 from test_scale import RECIPES, _program_bytes
@@ -94,15 +94,13 @@ def _record(f, x):
 def _both(tape, monkeypatch, **kw):
     """The program from the C lowering and the one from the Python lowering."""
     # (however few instructions are scalar: the C side runs on every tape here)
-    monkeypatch.setattr(compiler, "C_LOWERING_MAX_STOPS", 1.0)
+    monkeypatch.setattr(clower, "C_LOWERING_MAX_STOPS", 1.0)
     low = compiler._Lowering(tape, kw.get("guards", True), kw.get("n_grad"))
     low.analyse()
     low.layout()
     assert low._c_lowering() and low.lower_c()        # the C lowering does run
     with_c = _program_bytes(tape, **kw)
-    with monkeypatch.context() as m:
-        m.setattr(compiler, "C_LOWERING", False)
-        py = _program_bytes(tape, **kw)
+    py = _program_bytes(tape, c_lowering=False, **kw)
     return with_c, py
 
 
@@ -188,12 +186,12 @@ def test_random_programs_run_as_the_reference_replay():
 
 
 def test_the_c_lowering_tables_match_the_header():
-    """compiler's LB_/LN_/LR_ bits are tapeflow.h's RT_L*."""
+    """The lowering's LB_/LN_/LR_ bits (optable.py) are tapeflow.h's RT_L*."""
     from revtape._vm import lib
     for name in ("LB_ADD", "LB_MUL", "LB_SUB", "LB_SQUARE", "LB_VIEW", "LB_MAYBE_VIEW",
                  "LB_OWNS", "LB_SCALAR", "LN_FLOAT", "LN_ROOT", "LN_OWNED", "LR_INNER",
                  "LR_PY"):
-        assert getattr(compiler, name) == getattr(lib, "RT_" + name), name
+        assert getattr(optable, name) == getattr(lib, "RT_" + name), name
 
 
 def test_an_op_outside_the_table_does_not_take_the_c_lowering():
@@ -225,7 +223,6 @@ def test_offsets_past_int32_are_refused_either_way(c_side, monkeypatch):
         self.next_free = 2**31 - 3
 
     monkeypatch.setattr(compiler._Lowering, "layout", near_the_end)
-    monkeypatch.setattr(compiler, "C_LOWERING", c_side)
     tape = _record(W.chain(5).f, np.array([0.5]))
     with pytest.raises(rt.RevtapeError, match="too large for 32-bit offsets"):
-        compiler.compile_tape(tape)
+        compiler._compile_tape(tape, c_lowering=c_side)

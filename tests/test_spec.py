@@ -1,8 +1,6 @@
-"""SPEC conformance: one short user-side test per promise in /work/shared/SPEC.md,
-with the names exactly as SPEC writes them (hidden tests are written against it).
-
-Features of the "Additions (second wave)" still being built on other branches
-skip with "not on this branch yet" until they land."""
+"""SPEC conformance: one short user-side test per promise of revtape's product
+specification (SPEC, the contract the package is built to), with the names
+exactly as SPEC writes them."""
 
 import copy
 import pickle

@@ -17,8 +17,9 @@ from .trace.tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from .numpy_api import functions as _functions  # noqa: F401  (registers the numpy protocols)
 from .core.pytree import register_pytree_node
 from .numpy_api import linalg, structure as _structure  # noqa: F401
-from .transforms.api import (GradientTape, HessianTape, JacobianTape, gradient, hessian, hvp,
-                             jacobian, value_and_gradient)
+from .trace.recording import GradientTape, JacobianTape
+from .trace.hessian import HessianTape
+from .transforms.api import gradient, hessian, hvp, jacobian, value_and_gradient
 from . import special, stats, bijectors  # the public namespaces rt.special, rt.stats, rt.bijectors
 from .core.primitives import defjvp, defvjp, primitive, stop_gradient
 

@@ -45,7 +45,7 @@ ffibuilder.cdef("\n".join(_cdef_from_header((CSRC / h).read_text()) for h in HEA
 # re-acquires the GIL around the Python handler registered with
 # ffi.def_extern (primitives.py); the C code only ever sees a function pointer.
 ffibuilder.cdef('extern "Python" int rt_py_callback(void *ctx, int32_t mode, int64_t pc);')
-# ctape.bind's one-call path reports a hot program through this (compiled.py).
+# ctape.bind's one-call path reports a hot program through this (runtime/handoff.py).
 ffibuilder.cdef('extern "Python" void rt_py_hot(void *ctx);')
 ffibuilder.set_source(
     "revtape._vm",

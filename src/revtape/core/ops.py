@@ -1075,8 +1075,6 @@ def _vm_opcodes():
 
 VM_OPCODES = _vm_opcodes()
 OPCODE = {name: i for i, name in enumerate(VM_OPCODES)}
-REDUCE_OPS = [op.name for op in OPS.values() if op.family == REDUCE]
-LINALG_OPS = [op.name for op in OPS.values() if op.family == LINALG]
 
 
 def table_fingerprint():

@@ -331,7 +331,7 @@ def apply(prog, tile=None):
     # Every offset at or past a tile-local region's start moves down by its
     # length; every offset at or past a kept member's result moves up by the
     # padding that starts that result on a 64-byte line (the arenas are
-    # 64-byte aligned: compiled._aligned_zeros), as are the scratch slots.
+    # 64-byte aligned: runtime/arena.py's _aligned_zeros), as are the scratch slots.
     # An AVX-512 loop over misaligned arrays splits every load and store
     # over two cache lines: rosenbrock-vec's block ran ~1.5x slower.  Only
     # when every region is nameable (reads): the offsets inside other side

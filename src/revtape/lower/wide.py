@@ -16,7 +16,7 @@ ineligible, and batched replay loops over rows instead.
 """
 
 from ..core import ops
-from .compiler import FLAGS_SHIFT
+from ..core.isa import FLAGS_SHIFT
 
 _OPC = ops.OPCODE
 _ELEMENTWISE = ({_OPC[op.name.upper()] for op in ops.OPS.values()

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..numpy_api import linalg as _la, special as _sp
+from ..numpy_api import linalg as _la
 from ..errors import UnsupportedError
 from ..core.ops import P
 from ..trace import tracked as _t

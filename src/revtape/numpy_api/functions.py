@@ -6,7 +6,7 @@ functions, indexing, stacking, norms, ...).
 It sits above tracked.py (the value types and their operators): it imports
 them, and registers itself there at import (tracked.register_numpy_api) so
 that a handle's methods reach these functions without tracked.py importing
-this module.  The old names stay importable from revtape.trace.tracked.
+this module.
 """
 
 import sys

@@ -4,7 +4,7 @@ out as one flat vector).
 A HessianTape is recorded by running a gradient tape's forward and reverse
 passes again on tracked values (tape.record_gradient); compiled, its program
 computes the gradient and the VM's tangent sweep differentiates it
-(forward-over-reverse, compiled.py).
+(forward-over-reverse, runtime/sweeps.py).
 """
 
 import math

@@ -24,7 +24,7 @@ class Replay:
     """Tape's replay methods (forward, gradient, jacobian, hessian, hvp, vjp)
     and their plumbing; mixed into Tape."""
 
-    # compiled._FastMarks once a one-call ctape.bind() exists for this tape:
+    # runtime/arena.py's _FastMarks once a one-call ctape.bind() exists for this tape:
     # then _replayed_by stays that object, which knows the last replay.
     _fast_marks = None
 

@@ -20,10 +20,10 @@ import numpy as np
 
 from ..core import ops
 from ..errors import InputError, TapeFinishedError, TapeMixError
-from .guards import _caller, _check_guard, _Where, branch_changed, describe_where  # noqa: F401
+from .guards import _caller, describe_where
 from .instrstore import Columns
-from .replay import Replay, backprop, record_gradient, trace_gradient, vjp_of  # noqa: F401
-from .values import _norm, as_value, check_input, check_out, evaluate, shape_of, write_out
+from .replay import Replay
+from .values import as_value, evaluate, shape_of
 
 _GUARD = ops.OPS["guard"]
 _NO_PARAMS = {}  # shared, never mutated

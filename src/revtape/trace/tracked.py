@@ -52,17 +52,6 @@ def register_numpy_api(module):
     _API = module
 
 
-def __getattr__(name):
-    """The names that moved to numpy_api (HANDLED_FUNCTIONS, reshape,
-    array_ufunc, ...) still import from revtape.trace.tracked."""
-    if not isinstance(_API, _NoNumpyApi) and not name.startswith("__"):
-        try:
-            return getattr(_API, name)
-        except AttributeError:
-            pass
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def public_name(func):
     """The name a user writes for a numpy/scipy function or ufunc: np.linalg.solve,
     np.sin, scipy.special.betaln (for error messages)."""

@@ -1,23 +1,23 @@
 """The one-shot functions rt.gradient, value_and_gradient, jacobian, hessian
 and hvp (a function, a tape or a compiled tape; without x, jacobian/hessian/hvp
 give the cached transforms of cached.py).  The tapes they record live in
-recording.py (GradientTape, JacobianTape) and hessian.py (HessianTape);
-they are re-exported here under their old names.
+trace/recording.py (GradientTape, JacobianTape) and trace/hessian.py
+(HessianTape).
 """
 
 import sys
 
-from ..trace.hessian import HessianTape, Parts
-from ..trace.recording import GradientTape, JacobianTape, _once, call_with, gc_paused, record
+from ..trace.hessian import HessianTape
+from ..trace.recording import GradientTape, JacobianTape, _once
 from ..trace.tape import Tape
 
 
 def _tape_like(obj):
     if isinstance(obj, Tape):
         return True
-    # FIX: do not import .compiled here -- it needs the C extension, and
-    # rt.gradient(f, x) with a plain function must work without it.  A
-    # CompiledTape can only exist once revtape.runtime.compiled has been imported.
+    # revtape.runtime.compiled is not imported here: it needs the C extension,
+    # and rt.gradient(f, x) with a plain function must work without it.  A
+    # CompiledTape can only exist once that module has been imported.
     compiled = sys.modules.get("revtape.runtime.compiled")
     return compiled is not None and isinstance(obj, compiled.CompiledTape)
 

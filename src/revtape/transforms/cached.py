@@ -99,7 +99,7 @@ def _hvp_runner(ctape):
     if (h._parts is not None or not h._single or h._in_float[0] or not h._tangents_defined()
             or h._grad_shapes[0] != h._x_shape or h._program.out_len != h._g_len):
         return lambda x, v: general(x, v)
-    from ..runtime.compiled import _F64, _ND, _DOUBLES, _from_buffer, ffi, lib
+    from ..runtime.vm import _F64, _ND, _DOUBLES, _from_buffer, ffi, lib
     shape, p, status, tape, arena = h._x_shape, h._p, h._status, h._tape, h._arena
     jvp, null, empty = lib.rt_jvp, ffi.NULL, np.empty
 

@@ -163,8 +163,7 @@ def aux_spec(tape, aux):
 class AuxReplay:
     """A has_aux variant's replay: ((value, aux), grads) of one compiled replay,
     aux rebuilt from the program's extra outputs.  A plain object (not a
-    closure) so that variants deep-copy and pickle; a per-thread copy of the
-    variant gets its own with rebind(copied_ctape)."""
+    closure) so that variants deep-copy and pickle."""
 
     __slots__ = ("ctape", "spec")
 
@@ -175,9 +174,6 @@ class AuxReplay:
     def __call__(self, x):
         value, grads, extras = self.ctape._value_gradient_extras(x)
         return (value, build_aux(self.spec, extras)), grads
-
-    def rebind(self, ctape):
-        return AuxReplay(ctape, self.spec)
 
     def __reduce__(self):
         return (AuxReplay, (self.ctape, self.spec))

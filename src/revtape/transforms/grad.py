@@ -29,7 +29,6 @@ used keys.
 import builtins
 import copy
 import functools
-import inspect
 import itertools
 import sys
 import threading
@@ -44,11 +43,11 @@ from . import draws as _draws, functional
 from ..core import ops
 from .functional import _holds_tracked
 from ..trace.recording import gc_paused
-from ..runtime.compiled import CompiledTape, ffi as _ffi, lib as _lib
-from ..errors import (BranchChanged, InputError, OutputError, PicklingError, RevtapeError,
-                      StaleTape)
+from ..runtime.compiled import CompiledTape
+from ..runtime.vm import ffi as _ffi, lib as _lib
+from ..errors import BranchChanged, InputError, PicklingError, RevtapeError, StaleTape
 from ..trace.tape import Tape
-from ..trace.watch import RandomDrawWarning, Watcher, _freeze
+from ..trace.watch import RandomDrawWarning, Watcher
 
 MAX_VARIANTS = 8
 EAGER_RETRY = 32          # eager calls past MAX_VARIANTS before caching is tried again (doubles)
