@@ -605,6 +605,9 @@ def _gammainc_in_x(name):
                 "the derivative with respect to the shape a is not implemented; pass a as a "
                 "plain number or array")
         return getattr(P, name)(a, x)
+    f.__name__ = name
+    f.__doc__ = (f"scipy.special.{name}(a, x), the regularised incomplete gamma function: "
+                 "differentiable in x only (a tracked a raises UnsupportedError).")
     return f
 
 

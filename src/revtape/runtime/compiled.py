@@ -264,6 +264,7 @@ class CompiledTape:
 
     @property
     def tape(self):
+        """The tape this program was compiled from."""
         return self._tape
 
     @property
@@ -617,6 +618,7 @@ class CompiledTape:
         return value[0], self._split_grad(g, user)
 
     def gradient(self, x, out=None):
+        """The gradient at x (written into out= when given): value_and_gradient's second half."""
         return self.value_and_gradient(x, out)[1]
 
     def _value_gradient_extras(self, x):

@@ -102,10 +102,12 @@ def value(v):
 
 
 def istracked(v):
+    """True for a TrackedReal or TrackedArray (a node of some tape)."""
     return getattr(v, "_is_tracked", False)
 
 
 def tape_of(v):
+    """The tape v records onto; rt.NULL_TAPE for an untracked value."""
     return v._tape if getattr(v, "_is_tracked", False) else NULL_TAPE
 
 
