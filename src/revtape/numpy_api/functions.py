@@ -708,7 +708,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     if special is not None:
         return special(*inputs)
     raise UnsupportedError(f"{fname} is not supported on tracked values; express it "
-                           "with supported numpy functions (see the README's op list)")
+                           "with supported numpy functions (docs/ops.md lists them)")
 
 
 # the layers below reach this module only through these hooks

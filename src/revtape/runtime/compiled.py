@@ -145,7 +145,7 @@ class CompiledTape:
         self._hess = None
         self._program = _program or compiler.compile_tape(tape, guards, n_grad)
         self._load(_pickled)
-        # The native tier (native.py, README: Native tier): True builds it
+        # The native tier (native.py, docs/guide/native.md): True builds it
         # now; "auto" starts on the VM and switches when the tape is hot.
         self._native = native
         self._native_state = "off"
@@ -1009,7 +1009,7 @@ class CompiledTape:
     def _bind_one_call(self, xp, gp):
         """bind() as a partial of one cffi call: no Python frame per call.
         The value comes back as the C function's return; a concurrent replay
-        is waited for (README: Native tier); rt.value(tape.output) learns of
+        is waited for (docs/guide/native.md); rt.value(tape.output) learns of
         each replay through the tape's _FastMarks cell, which C writes."""
         b = ffi.new("rt_bound *")
         b.p, b.x, b.g = self._p, xp, gp

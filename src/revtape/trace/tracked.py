@@ -333,7 +333,7 @@ class Tracked:
         if handler is None:
             raise UnsupportedError(
                 f"{public_name(func)} is not supported on tracked values; "
-                "express it with supported numpy functions (see the README's op list)")
+                "express it with supported numpy functions (docs/ops.md lists them)")
         return handler(*args, **kwargs)
 
     # ------------------------------------------------ array methods
