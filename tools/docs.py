@@ -29,6 +29,7 @@ import inspect
 import pathlib
 import re
 import sys
+import textwrap
 import warnings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -598,13 +599,13 @@ def results_block(root):
             else title
         out.append(f"| {label} | {_us(rv['min'])} | {cb} | " + " | ".join(peers) + " |")
     machine = next((h for h in head if h.startswith("python ")), "")
-    out += ["",
+    out += ["", textwrap.fill(
             f"Minimum µs per value-and-gradient call of `ctape.value_and_gradient(x, out=g)`; "
             f"*× hand C*: that time over hand-written C called the same way (`c-ref-bound`); "
             f"peer columns: the peer's time over revtape's (above 1: revtape is faster; – not "
             f"run, or skipped for its time budget: the file says why).  From [{rel}]({rel})" + (f" ({machine.split(';')[0]})" if machine else "")
             + "; [docs/benchmarks.md](docs/benchmarks.md) says how to read and rerun it.",
-            RESULTS_END]
+            width=80, break_on_hyphens=False, break_long_words=False), RESULTS_END]
     return "\n".join(out)
 
 
