@@ -511,6 +511,8 @@ def environment_md():
         return None
     from revtape import config
     text = config.markdown()
+    if not text.lstrip().startswith("#"):
+        text = "# Environment variables\n\nrevtape's settings, read from the environment.\n\n" + text
     return _tidy(banner("revtape.config.markdown()") + "\n" + text)
 
 
