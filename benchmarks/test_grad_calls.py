@@ -5,7 +5,7 @@ set), differentiated in w, written two ways:
 
 * closure: X and y are globals, copied into the tape as constants;
 * data arguments: loss(w, X, y) -- X and y are tape inputs, re-read on every
-  call (what the README recommends, since they can change without re-recording).
+  call (what docs/guide/grad.md recommends, since they can change without re-recording).
 
 The data-argument call checks only shapes and dtypes (part of the cache key)
 and copies each array into the program's arena (one memcpy); goal: within

@@ -32,7 +32,7 @@ def compile(tape, guards=True, native="auto"):
     """Lower a finished tape into a flat C program: a CompiledTape.  native=True also
     translates it to C compiled by the system compiler now; "auto" (the default)
     replays on the VM and switches to native code in the background once the tape
-    is hot; False is the VM only (README: Native tier)."""
+    is hot; False is the VM only (docs/guide/native.md)."""
     from .runtime.compiled import CompiledTape
     return CompiledTape(tape, guards=guards, native=native)
 

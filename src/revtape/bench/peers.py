@@ -447,7 +447,7 @@ def _build_casadi(wl, kind, budget) -> PeerColumn:
     if kind == "gp":
         # SX has no Cholesky node: chol() expands into ~n^3/3 scalar operations
         # and the gradient graph doubles them, so the build grows as n^3 (the
-        # README's results block has the measured cost at n=200).
+        # results in benchmarks/results/ have the measured cost at n=200).
         n = int(np.size(wl.data["t"]))
         projected = _CASADI_GP_S_PER_N3 * n ** 3
         if projected > budget:

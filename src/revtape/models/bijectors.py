@@ -43,15 +43,20 @@ class Bijector:
     name = "bijector"
 
     def forward(self, y):
+        """The constrained value x for the unconstrained y (tracked or plain)."""
         raise NotImplementedError
 
     def inverse(self, x):
+        """The unconstrained y for a constrained x."""
         raise NotImplementedError
 
     def forward_log_det_jacobian(self, y):
+        """log |det d forward / dy| at y: one number for the whole map (for a
+        matrix output, of the map to its free entries)."""
         raise NotImplementedError
 
     def inverse_log_det_jacobian(self, x):
+        """log |det d inverse / dx| at x: minus the forward one at inverse(x)."""
         return -self.forward_log_det_jacobian(self.inverse(x))
 
     def __repr__(self):
@@ -70,6 +75,7 @@ def _quiet(f):
 
 
 class _Exp(Bijector):
+    """forward is exp: maps the line onto the positive reals (also rt.bijectors.positive)."""
     name = "exp"
 
     @_quiet

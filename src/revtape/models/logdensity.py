@@ -280,6 +280,7 @@ class LogDensity:
     __call__ = logdensity
 
     def gradient(self, x):
+        """The gradient at the flat vector x (a new array)."""
         return self.logdensity_and_gradient(x)[1]
 
     def grad_and_value(self, x):
@@ -296,6 +297,7 @@ class LogDensity:
         return res
 
     def hessian(self, x):
+        """The Hessian at x, (dimension, dimension): tangent sweeps of the gradient program in C."""
         res = self._replay(x, lambda ctape, run, st: ctape.hessian(st.x))
         if res is None:
             return _api.hessian(self._model, self._vector(x))
@@ -462,6 +464,7 @@ class NegativeLogDensity:
         return -v, g
 
     def gradient(self, x):
+        """The gradient at the flat vector x (a new array)."""
         return self.logdensity_and_gradient(x)[1]
 
     def grad_and_value(self, x):

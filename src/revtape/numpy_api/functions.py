@@ -605,6 +605,9 @@ def _gammainc_in_x(name):
                 "the derivative with respect to the shape a is not implemented; pass a as a "
                 "plain number or array")
         return getattr(P, name)(a, x)
+    f.__name__ = name
+    f.__doc__ = (f"scipy.special.{name}(a, x), the regularised incomplete gamma function: "
+                 "differentiable in x only (a tracked a raises UnsupportedError).")
     return f
 
 
@@ -705,7 +708,7 @@ def array_ufunc(ufunc, method, inputs, kwargs):
     if special is not None:
         return special(*inputs)
     raise UnsupportedError(f"{fname} is not supported on tracked values; express it "
-                           "with supported numpy functions (see the README's op list)")
+                           "with supported numpy functions (docs/ops.md lists them)")
 
 
 # the layers below reach this module only through these hooks

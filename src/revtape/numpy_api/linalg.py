@@ -80,17 +80,22 @@ def cholesky(a, upper=False):
 
 
 def solve(a, b):
+    """np.linalg.solve: x with a x = b (b a vector or a matrix); LU with partial
+    pivoting in C.  An exactly singular a gives all nan, not LinAlgError."""
     n = _square("solve", a)
     _rhs("solve", n, b)
     return P.solve(a, b)
 
 
 def inv(a):
+    """np.linalg.inv (LU with partial pivoting in C); singular: all nan."""
     _square("inv", a)
     return P.inv(a)
 
 
 def slogdet(a):
+    """np.linalg.slogdet: (sign, log|det a|), only the second differentiable; a
+    singular matrix gives (0, -inf) as numpy."""
     _square("slogdet", a)
     r = P.slogdet(a)
     return _SlogdetResult(P.item(r, i=0), P.item(r, i=1))
@@ -122,18 +127,21 @@ def eigh(a, UPLO="L"):
 
 
 def eigvalsh(a, UPLO="L"):
+    """np.linalg.eigvalsh: eigh's eigenvalues, ascending."""
     return eigh(a, UPLO)[0]
 
 
 # ---------------------------------------------------------------- structure (gathers and selects)
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
+    """np.diagonal: a gather, no new kernel."""
     s = _shape(a)
     idx = np.arange(int(np.prod(s, dtype=np.int64))).reshape(s).diagonal(offset, axis1, axis2)
     return P.take(a, idx=np.ascontiguousarray(idx))
 
 
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    """np.trace: the sum of a gathered diagonal (float64 dtype only, no out=)."""
     _no_extras("trace", out=out)
     if dtype is not None and np.dtype(dtype) != np.float64:
         raise UnsupportedError("trace(dtype=...) on tracked values: they are float64")
@@ -141,6 +149,7 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
 
 
 def diag(v, k=0):
+    """np.diag: a matrix's k-th diagonal, or the matrix with v on its k-th diagonal (no new kernel)."""
     s = _shape(v)
     if len(s) == 2:
         return diagonal(v, k)
@@ -154,12 +163,14 @@ def diag(v, k=0):
 
 
 def tril(m, k=0):
+    """np.tril of a matrix: a select with a constant mask."""
     if len(_shape(m)) < 2:
         raise UnsupportedError("np.tril of a 1-D tracked array is not supported; pass a matrix")
     return ops.tril(m, int(k))
 
 
 def triu(m, k=0):
+    """np.triu of a matrix: a select with a constant mask."""
     if len(_shape(m)) < 2:
         raise UnsupportedError("np.triu of a 1-D tracked array is not supported; pass a matrix")
     return ops.triu(m, int(k))

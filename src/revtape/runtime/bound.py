@@ -104,7 +104,7 @@ class Binding:
     def _bind_one_call(self, xp, gp):
         """bind() as a partial of one cffi call: no Python frame per call.
         The value comes back as the C function's return; a concurrent replay
-        is waited for (README: Native tier); rt.value(tape.output) learns of
+        is waited for (docs/guide/native.md); rt.value(tape.output) learns of
         each replay through the tape's _FastMarks cell, which C writes."""
         b = ffi.new("rt_bound *")
         b.p, b.x, b.g = self._p, xp, gp

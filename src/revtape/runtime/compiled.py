@@ -130,6 +130,7 @@ class CompiledTape(Replay, Sweeps, Plumbing, Batches, Binding, NativeHandoff):
 
     @property
     def tape(self):
+        """The tape this program was compiled from."""
         return self._tape
 
     @property

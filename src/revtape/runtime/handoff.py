@@ -1,4 +1,4 @@
-"""CompiledTape's hand-off to the native tier (native.py, README: Native tier).
+"""CompiledTape's hand-off to the native tier (native.py, docs/guide/native.md).
 
 native=True builds native code at construction; native="auto" starts on the
 VM, which counts the tape's calls and replay time in C and reports the call
@@ -16,7 +16,7 @@ class NativeHandoff:
 
     def _start_native(self, native):
         """The native tier for native=False, True or "auto" (checked by the caller)."""
-        # The native tier (native.py, README: Native tier): True builds it
+        # The native tier (native.py, docs/guide/native.md): True builds it
         # now; "auto" starts on the VM and switches when the tape is hot.
         self._native = native
         self._native_state = "off"

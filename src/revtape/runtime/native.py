@@ -1,5 +1,5 @@
 """The native tier: a verified program translated to C, compiled by the system
-compiler, and installed under the VM's entry points (README: Native tier).
+compiler, and installed under the VM's entry points (docs/guide/native.md).
 
 ``rt.compile(tape, native=True)`` builds it now; ``native="auto"`` (the
 default) arms a call/time budget counted in C (arm), and the call that spends

@@ -216,6 +216,7 @@ class Replay:
         return value[0], self._split_grad(g, user)
 
     def gradient(self, x, out=None):
+        """The gradient at x (written into out= when given): value_and_gradient's second half."""
         return self.value_and_gradient(x, out)[1]
 
     def _value_gradient_extras(self, x):

@@ -209,14 +209,18 @@ class Tape(Replay):
     # ------------------------------------------------ recording
     @property
     def recording(self):
+        """True until finish(): operations on this tape's tracked values are recorded."""
         return self._recording
 
     @property
     def inputs(self):
+        """The tracked inputs, in track() order (rt.value of one is the last replay's)."""
         return list(self._inputs)
 
     @property
     def output(self):
+        """The tracked output given to finish() (None before); rt.value of it is the
+        last replay's value."""
         return self._output
 
     @property
@@ -348,6 +352,8 @@ class Tape(Replay):
         return True
 
     def listing(self, limit=None):
+        """The instructions as text lines, ``%out = op(%a, %b, params)`` with the
+        result's shape, guards with their source line; at most `limit` of them."""
         lines = []
         for k, (op, out, args, params) in enumerate(self.instructions):
             if limit is not None and k >= limit:

@@ -91,10 +91,12 @@ def value(v):
 
 
 def istracked(v):
+    """True for a TrackedReal or TrackedArray (a node of some tape)."""
     return getattr(v, "_is_tracked", False)
 
 
 def tape_of(v):
+    """The tape v records onto; rt.NULL_TAPE for an untracked value."""
     return v._tape if getattr(v, "_is_tracked", False) else NULL_TAPE
 
 
@@ -320,7 +322,7 @@ class Tracked:
         if handler is None:
             raise UnsupportedError(
                 f"{public_name(func)} is not supported on tracked values; "
-                "express it with supported numpy functions (see the README's op list)")
+                "express it with supported numpy functions (docs/ops.md lists them)")
         return handler(*args, **kwargs)
 
     # ------------------------------------------------ array methods

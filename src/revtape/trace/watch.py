@@ -11,7 +11,7 @@ or coverage that are already running:
 
 * 3.12+: ``sys.monitoring`` under a tool id of our own, freed afterwards:
   PY_START everywhere, PY_RETURN and CALL as local events on user code only
-  (far cheaper than global events: README, Results).  CALL gives
+  (far cheaper than global events: docs/design.md).  CALL gives
   the callable and its first argument, so a draw called from user code is
   seen exactly, with its line.
 * 3.11: ``sys.setprofile``.  A hook already installed from Python (the pure

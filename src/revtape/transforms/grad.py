@@ -112,7 +112,7 @@ class Guards:
     def _compile(self):
         # Generated straight-line code, as TorchDynamo does for its guards: one
         # identity test a line, no loop, no tuple unpacking (its cost per guard:
-        # README, Results).
+        # docs/design.md).
         # ORIG: a place may hold, for a moment, a random-draw stand-in another
         # thread's recording put there (_draws.py); it counts as the original.
         # Evaluated only when the identity test fails: no cost on the fast path.
