@@ -42,12 +42,8 @@ import warnings
 
 import numpy as np
 
-<<<<<<< HEAD
 # the package root (this file is in its trace/ folder): frames in it are revtape's own
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-=======
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # revtape/
->>>>>>> pysplit
 _SKIP_DIRS = tuple({os.path.abspath(p) for p in (
     sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("purelib"),
     sysconfig.get_paths().get("platlib"), _PKG_DIR) if p})
