@@ -35,7 +35,7 @@ if __name__ == "__main__":   # run as a script: this checkout's revtape
 import cffi  # noqa: E402
 
 import revtape as rt  # noqa: E402
-from revtape.runtime import bound  # noqa: E402
+from revtape.runtime import bound, native  # noqa: E402
 from revtape._vm import ffi as vm_ffi, lib as vm_lib  # noqa: E402
 from revtape.bench import _ref, workloads  # noqa: E402
 
@@ -79,8 +79,8 @@ def _helper():
     src, so = os.path.join(d, "h.c"), os.path.join(d, "h.so")
     with open(src, "w") as f:
         f.write(_HELPER)
-    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", so, src],
-                   check=True)
+    cc = native.compiler()          # the native tier's: $REVTAPE_CC, $CC, ..., with $CFLAGS
+    subprocess.run([*cc.argv, "-O2", "-shared", "-fPIC", *cc.cflags, "-o", so, src], check=True)
     ffi = cffi.FFI()
     ffi.cdef("double loop_vm(uintptr_t, uintptr_t, uintptr_t, uintptr_t, int64_t);"
              "double loop_ref(uintptr_t, uintptr_t, uintptr_t, int, int64_t, int64_t);")

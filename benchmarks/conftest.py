@@ -25,10 +25,11 @@ except ImportError:  # running from a checkout without PYTHONPATH=src
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                     "src"))
 
+from revtape import config  # noqa: E402
 from revtape.bench import columns as C  # noqa: E402
 from revtape.bench import peers as P  # noqa: E402
 
-CALL_BUDGET_S = float(os.environ.get("REVTAPE_BENCH_CALL_BUDGET", "1"))
+CALL_BUDGET_S = config.get("REVTAPE_BENCH_CALL_BUDGET")
 PEERS = P.PEERS
 COLUMNS = C.REVTAPE_COLUMNS + PEERS
 _VM_COLUMNS = {"revtape", "revtape-bind"}

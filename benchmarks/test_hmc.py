@@ -1,19 +1,19 @@
 """HMC end to end on eight schools: the same sampler driven by each tool's
 value-and-gradient (REVTAPE_BENCH_HMC_ITERS iterations, default 100)."""
 
-import os
 import time
 
 import numpy as np
 import pytest
 
 from conftest import COLUMNS, ready_column
+from revtape import config
 from revtape.bench import columns as C
 from revtape.bench.hmc import hmc
 
 pytestmark = pytest.mark.benchmark(group="hmc")
 
-N_ITER = int(os.environ.get("REVTAPE_BENCH_HMC_ITERS", "100"))
+N_ITER = config.get("REVTAPE_BENCH_HMC_ITERS")
 _reference = {}
 
 

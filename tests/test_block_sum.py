@@ -1,4 +1,4 @@
-"""Sum blocks (issue 15; csrc/instr/block.h rt_block_verify_sum, vm.c
+"""Sum blocks (csrc/instr/block.h rt_block_verify_sum, vm.c
 rt_block_sum_forward / rt_block_backward, src/revtape/lower/blocks.py
 _closing_sum): a np.sum right after a tiled block, over one member's whole
 result, runs inside the block.  Its tiles are the subtrees of numpy's
@@ -7,7 +7,7 @@ then be tile-local and its adjoint is filled with the sum's adjoint per
 tile instead of being zeroed and added to in passes of its own.
 
 Every test compares, bit for bit, the sum block with the same tape compiled
-with the sum outside the block (REVTAPE_BLOCK_SUM=0's program) and without
+with the sum outside the block (blocks.SUM_BLOCKS = False) and without
 blocks at all: value, gradient, JVP, VJP, Hessian-vector products."""
 
 import numpy as np

@@ -10,7 +10,7 @@ instruction buffer replayed by a small C virtual machine.
 from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, ConversionError,
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
-from .errors import IndexInputError, PicklingError
+from .errors import ConfigError, IndexInputError, PicklingError
 from .trace.tape import NULL_TAPE, Tape
 from .trace.watch import RandomDrawWarning
 from .trace.tracked import TrackedArray, TrackedReal, istracked, tape_of, value
@@ -65,7 +65,7 @@ __all__ = [
     "stats", "bijectors", "primitive", "defvjp", "defjvp", "stop_gradient",
     "PicklingError", "IndexInputError", "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]
-__all__.append("array")
+__all__ += ["array", "ConfigError"]
 
 
 def __dir__():

@@ -11,6 +11,11 @@ class InputError(RevtapeError, ValueError):
     """A replay input (or out= buffer) has the wrong structure, shape or dtype."""
 
 
+class ConfigError(RevtapeError, ValueError):
+    """An environment variable revtape reads holds a value it does not accept
+    (revtape.config declares each one and what it accepts)."""
+
+
 class TapeMixError(RevtapeError):
     """One operation received tracked values of two different recording tapes."""
 

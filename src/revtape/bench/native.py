@@ -13,7 +13,6 @@ with an empty cache directory (cold) and again from the disk cache (warm,
 in-memory cache cleared).
 """
 import argparse
-import os
 import pathlib
 import tempfile
 import time
@@ -21,6 +20,7 @@ import time
 import numpy as np
 
 import revtape as rt
+from .. import config
 from ..runtime import native
 from . import columns as C
 from . import workloads
@@ -46,24 +46,16 @@ def run(quick=False, only=()):
         x = C.timing_point(wl)
         tape = rt.GradientTape(wl.f, np.ascontiguousarray(wl.x0))
         vm = rt.compile(tape, native=False)
-        with tempfile.TemporaryDirectory() as d:
-            old = os.environ.get("REVTAPE_CACHE_DIR")
-            os.environ["REVTAPE_CACHE_DIR"] = d
-            try:
-                native._loaded.clear()
-                native._runtime_objects(*native._compiler(), pathlib.Path(d), time.monotonic() + 600)
-                t0 = time.perf_counter()
-                nt = rt.compile(tape, native=True)
-                cold = time.perf_counter() - t0
-                native._loaded.clear()
-                t0 = time.perf_counter()
-                rt.compile(tape, native=True)
-                warm = time.perf_counter() - t0
-            finally:
-                if old is None:
-                    del os.environ["REVTAPE_CACHE_DIR"]
-                else:
-                    os.environ["REVTAPE_CACHE_DIR"] = old
+        with tempfile.TemporaryDirectory() as d, config.override("REVTAPE_CACHE_DIR", d):
+            native._loaded.clear()
+            native._runtime_objects(*native._compiler(), pathlib.Path(d), time.monotonic() + 600)
+            t0 = time.perf_counter()
+            nt = rt.compile(tape, native=True)
+            cold = time.perf_counter() - t0
+            native._loaded.clear()
+            t0 = time.perf_counter()
+            rt.compile(tape, native=True)
+            warm = time.perf_counter() - t0
         bufs = {k: (x.copy(), np.empty_like(x)) for k in ("vm", "nat")}
         calls = {"vm-bind": vm.bind(*bufs["vm"]), "native-bind": nt.bind(*bufs["nat"])}
         v_vm, v_nat = calls["vm-bind"](), calls["native-bind"]()

@@ -12,12 +12,13 @@ program (H v).  Every native result is first checked bit for bit against
 the VM's.  The native libraries go to a temporary cache directory unless
 $REVTAPE_CACHE_DIR is set.
 """
-import os
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+from .. import config
 
 
 def _min_us(call, reps, rounds=3):
@@ -32,8 +33,12 @@ def _min_us(call, reps, rounds=3):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    quick = "--quick" in argv
-    os.environ.setdefault("REVTAPE_CACHE_DIR", tempfile.mkdtemp(prefix="revtape-tan-"))
+    cache = config.get("REVTAPE_CACHE_DIR") or tempfile.mkdtemp(prefix="revtape-tan-")
+    with config.override("REVTAPE_CACHE_DIR", cache):
+        _run("--quick" in argv)
+
+
+def _run(quick):
     import revtape as rt
     from .._vm import ffi, lib
     from . import workloads as W

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
+
+from .. import config
 
 PEERS = ["jax", "torch", "autograd", "casadi"]
 
@@ -41,7 +42,7 @@ _MODULES = {"jax": "jax", "torch": "torch", "autograd": "autograd", "casadi": "c
 # One-time cost (seconds) above which a column is skipped instead of built.
 # Overridable because a patient user may want e.g. the plain-JAX chain L=1e4
 # column (about 4 minutes of XLA compile on a 2-core machine).
-DEFAULT_SETUP_BUDGET = float(os.environ.get("REVTAPE_PEER_SETUP_BUDGET", "60"))
+DEFAULT_SETUP_BUDGET = config.get("REVTAPE_PEER_SETUP_BUDGET")
 
 
 class Skip(Exception):

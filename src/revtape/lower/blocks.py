@@ -37,8 +37,8 @@ of <= TILE, every member recomputed in the reverse, words decoded per
 tile) measured 0-20% slower; with the per-tile costs cut since (decoded
 plans, only what a reverse reads recomputed, first-term writes, a tile
 iterator instead of a descent per tile) and tiles of 256-512 it takes
-rosenbrock-vec's bound replay from ~28 to ~24 us.  REVTAPE_BLOCK_SUM=0
-leaves the sum outside.
+rosenbrock-vec's bound replay from ~28 to ~24 us.  SUM_BLOCKS = False
+leaves the sum outside (the tests compare the two programs).
 
 Measured since (rosenbrock-vec, rdtsc per phase): a member's run over one
 tile costs ~18 cycles beyond its loop, of which the VM's dispatch is ~4
@@ -50,18 +50,18 @@ aligned (now replaced by first-term writes).
 """
 
 import bisect
-import os
 
 import numpy as np
 
+from .. import config
 from ..core import isa, ops
 from ..core.isa import FLAGS_SHIFT, OPCODE_MASK
 
 # Elements per tile: a member's operands and result for one tile are a few
 # KB, so a block of a handful of members works inside L1 (48 KB).
-TILE = int(os.environ.get("REVTAPE_BLOCK_TILE", "256"))
-# REVTAPE_BLOCK_SUM=0: a sum after a block stays outside it (as before).
-SUM_BLOCKS = os.environ.get("REVTAPE_BLOCK_SUM", "1") != "0"
+TILE = config.get("REVTAPE_BLOCK_TILE")
+# False: a sum after a block stays outside it (the tests' second program).
+SUM_BLOCKS = True
 SUM_MIN_TILE = 128          # csrc/instr/block.h: RT_BLOCK_SUM_MIN_T
 MAX_MEMBERS = 30            # csrc/instr/block.h: RT_BLOCK_MAX
 ALIGN = 8                   # values a 64-byte cache line holds
@@ -71,8 +71,8 @@ _WORD = {"a": 3, "b": 4, "c": 5}
 
 
 def enabled():
-    """REVTAPE_BLOCKS=0 turns block forming off (the unfused program)."""
-    return os.environ.get("REVTAPE_BLOCKS", "1") != "0"
+    """$REVTAPE_BLOCKS off turns block forming off (the unfused program)."""
+    return config.get("REVTAPE_BLOCKS")
 
 
 def _operands(row):

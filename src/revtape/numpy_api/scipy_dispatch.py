@@ -14,13 +14,13 @@ naming them).
 """
 
 import functools
-import os
 
+from .. import config
 from ..trace.tracked import istracked
 
 
 def enabled():
-    return os.environ.get("REVTAPE_SCIPY_DISPATCH", "1") != "0"
+    return config.get("REVTAPE_SCIPY_DISPATCH")
 
 
 def _any_tracked(args, kwargs):

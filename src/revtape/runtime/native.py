@@ -32,14 +32,18 @@ import math
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
+import typing
 
 import numpy as np
 
+from .. import config
 from ..core import ops
 from ..errors import RevtapeError, UnsupportedError
 
@@ -1101,41 +1105,69 @@ _lock = threading.Lock()          # guards _loaded, _key_locks and the per-proce
 _key_locks = {}                   # cache key -> the lock its build holds
 _keep = []                        # every library loaded: never closed (tapes point into them)
 _objects_lock = threading.Lock()
-_compilers = {}                   # $REVTAPE_CC -> (path, compiler id)
+_compilers = {}                   # ($REVTAPE_CC, $CC, $CFLAGS) -> (Compiler, compiler id)
 
 
 def cache_dir():
-    d = os.environ.get("REVTAPE_CACHE_DIR")
-    if d:
-        return pathlib.Path(d)
+    d = config.get("REVTAPE_CACHE_DIR")
+    if d is not None:
+        return d
     if sys.platform == "darwin":
         return pathlib.Path.home() / "Library" / "Caches" / "revtape"
-    base = os.environ.get("XDG_CACHE_HOME") or (pathlib.Path.home() / ".cache")
-    return pathlib.Path(base) / "revtape"
+    return (config.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "revtape"
 
 
-def find_compiler():
-    """The C compiler: $REVTAPE_CC, else cc, else gcc on PATH."""
+class Compiler(typing.NamedTuple):
+    """How the native tier runs the C compiler: argv (the binary's path, then
+    the words that followed it in $CC, e.g. -pthread), and cflags ($CFLAGS),
+    which go after revtape's own FLAGS."""
+    argv: tuple
+    cflags: tuple
+
+    def __str__(self):
+        return " ".join(self.argv)
+
+
+def compiler():
+    """The C compiler, as setuptools and cffi choose it: $REVTAPE_CC (revtape's
+    own override), else $CC, else the compiler Python was built with
+    (sysconfig's CC), else cc, else gcc on PATH; with $CFLAGS."""
     return _compiler()[0]
 
 
+def find_compiler():
+    """The C compiler's path (see compiler())."""
+    return _compiler()[0].argv[0]
+
+
 def _compiler():
-    want = os.environ.get("REVTAPE_CC")
-    hit = _compilers.get(want)
+    own, cc, cflags = (config.get(v) for v in ("REVTAPE_CC", "CC", "CFLAGS"))
+    hit = _compilers.get((own, cc, cflags))
     if hit is not None:
         return hit
-    for cand in ([want] if want else ["cc", "gcc"]):
-        path = shutil.which(cand)
+    chosen = own or cc
+    built_with = tuple(shlex.split(sysconfig.get_config_var("CC") or ""))
+    for words in [chosen] if chosen else [built_with, ("cc",), ("gcc",)]:
+        path = shutil.which(words[0]) if words else None
         if path:
             path = os.path.realpath(path)
             # Path, size and mtime of the binary: a compiler upgrade changes the
             # key without running `cc --version` in every process.
             st = os.stat(path)
-            hit = _compilers[want] = (path, f"{path}:{st.st_size}:{st.st_mtime_ns}")
+            cc_id = f"{path}:{st.st_size}:{st.st_mtime_ns}"
+            if words[1:] or cflags:
+                cc_id += f"|{shlex.join(words[1:])}|{shlex.join(cflags)}"
+            hit = _compilers[(own, cc, cflags)] = (Compiler((path, *words[1:]), cflags), cc_id)
             return hit
+    if chosen:
+        var = "REVTAPE_CC" if own else "CC"
+        raise NativeCompileError(
+            f"native=True needs a C compiler, and {chosen[0]} (${var}) was not found on PATH; "
+            f"install it or set {var} to another one, or compile with native=False to use "
+            f"the VM")
     raise NativeCompileError(
-        f"native=True needs a C compiler, and {want or 'cc/gcc'} was not found on PATH; "
-        f"install one (or set REVTAPE_CC), or compile with native=False to use the VM")
+        "native=True needs a C compiler, and none (sysconfig's CC, cc, gcc) was found on "
+        "PATH; install one (or set CC), or compile with native=False to use the VM")
 
 
 _digest = None
@@ -1177,10 +1209,7 @@ def _get_ffi():
 
 
 def _timeout():
-    try:
-        return float(os.environ.get("REVTAPE_NATIVE_TIMEOUT", "600"))
-    except ValueError:
-        raise NativeCompileError("REVTAPE_NATIVE_TIMEOUT must be a number of seconds") from None
+    return config.get("REVTAPE_NATIVE_TIMEOUT")
 
 
 def load(code, ints, layout, auto=False):
@@ -1190,6 +1219,7 @@ def load(code, ints, layout, auto=False):
     this process fails again at once instead of running the compiler again."""
     if not CSRC.is_dir():
         raise NativeCompileError(f"the native tier needs revtape's C sources at {CSRC}")
+    timeout = _timeout()        # a bad setting is the caller's error, never one cached below
     cc, cc_id = _compiler()
     key = _key(code, ints, layout, cc_id)
     with _lock:
@@ -1206,13 +1236,13 @@ def load(code, ints, layout, auto=False):
         if hit is not None:
             return hit[2], hit[1], 0.0
         try:
-            return _build(code, ints, layout, key, cc, cc_id)
+            return _build(code, ints, layout, key, cc, cc_id, timeout)
         except RevtapeError as e:
             _failed[key] = e
             raise
 
 
-def _build(code, ints, layout, key, cc, cc_id):
+def _build(code, ints, layout, key, cc, cc_id, timeout):
     """Compile (unless the disk cache has it) and load the library of `key`."""
     import time
     global compiles
@@ -1222,14 +1252,15 @@ def _build(code, ints, layout, key, cc, cc_id):
     if not path.exists():
         src = translate(code, ints, layout)      # UnsupportedError before any compiler runs
         d.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + _timeout()
+        deadline = time.monotonic() + timeout
         objs = _runtime_objects(cc, cc_id, d, deadline)   # once per compiler: not counted
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=d) as tmp:
             c_file = pathlib.Path(tmp) / f"revtape_{key}.c"
             c_file.write_text(src)
             so_tmp = pathlib.Path(tmp) / "lib.so"
-            cmd = [cc, *FLAGS, f"-I{CSRC}", "-o", str(so_tmp), str(c_file), *objs, "-lm"]
+            cmd = [*cc.argv, *FLAGS, *cc.cflags, f"-I{CSRC}", "-o", str(so_tmp), str(c_file),
+                   *objs, "-lm"]
             _run(cmd, cc, deadline)
             # Atomic publish: a concurrent first compile of the same
             # program in another process writes the same bytes.
@@ -1283,8 +1314,8 @@ def _runtime_objects(cc, cc_id, d, deadline):
                 fd, tmp = tempfile.mkstemp(suffix=".o", dir=d)
                 os.close(fd)
                 try:
-                    _run([cc, *[f for f in FLAGS if f != "-shared"], f"-I{CSRC}", "-c",
-                          str(CSRC / name), "-o", tmp], cc, deadline)
+                    _run([*cc.argv, *[f for f in FLAGS if f != "-shared"], *cc.cflags,
+                          f"-I{CSRC}", "-c", str(CSRC / name), "-o", tmp], cc, deadline)
                     os.replace(tmp, obj)
                 finally:
                     if os.path.exists(tmp):
@@ -1339,41 +1370,31 @@ class NativeWarning(RuntimeWarning):
     """native="auto" could not build native code; the VM keeps serving."""
 
 
-AUTO_CALLS = 1000        # calls before a tape counts as hot ($REVTAPE_NATIVE_CALLS) ...
-AUTO_SECONDS = 0.1       # ... or seconds spent replaying it ($REVTAPE_NATIVE_SECONDS)
-
 _queue = None            # (weakref to a CompiledTape, key) jobs for the builder thread
 _warned = set()          # kinds of failure already warned about in this process
 _failed = {}             # cache key -> why its build failed (not retried in this process)
 
 
-def _env_number(name, default, kind):
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        val = kind(raw)
-    except ValueError:
-        raise RevtapeError(f"{name} must be a number, not {raw!r}") from None
-    if val < 0:
-        raise RevtapeError(f"{name} must be >= 0, not {raw!r}")
-    return val
-
-
 def auto_enabled():
-    """native="auto" is on unless $REVTAPE_NATIVE is 0 (or false/off/no)."""
-    return os.environ.get("REVTAPE_NATIVE", "1").strip().lower() not in ("0", "false", "off", "no")
+    """native="auto" is on unless $REVTAPE_NATIVE is off."""
+    return config.get("REVTAPE_NATIVE")
 
 
 def arm(ct):
     """native="auto" at construction: the VM serves now; the program becomes hot
-    after AUTO_CALLS calls or AUTO_SECONDS of replay (counted in C), and then
-    compiles in the background (hot)."""
+    after $REVTAPE_NATIVE_CALLS calls or $REVTAPE_NATIVE_SECONDS of replay
+    (counted in C), and then compiles in the background (hot)."""
     import time
     ct._native_event = threading.Event()
+    on = auto_enabled()
+    if on:
+        # While the native tier is on, every compile reads its settings: a bad
+        # one is this call's ConfigError, not a warning from the builder thread.
+        calls, secs = config.get("REVTAPE_NATIVE_CALLS"), config.get("REVTAPE_NATIVE_SECONDS")
+        _timeout()
     # An installation without revtape's C sources (a wheel) has no native
     # tier to offer: "auto" is the VM there, without a warning.
-    if not auto_enabled() or not CSRC.is_dir() or untranslatable(ct._code) is not None:
+    if not on or not CSRC.is_dir() or untranslatable(ct._code) is not None:
         ct._native_state = "off"
         ct._native_event.set()
         return
@@ -1389,8 +1410,6 @@ def arm(ct):
             _install(ct, hit[2], hit[1], 0.0)
             ct._native_event.set()
             return
-    calls = _env_number("REVTAPE_NATIVE_CALLS", AUTO_CALLS, int)
-    secs = _env_number("REVTAPE_NATIVE_SECONDS", AUTO_SECONDS, float)
     p = ct._p
     p.hot_calls = p.hot_ns = 0
     p.hot_max_ns = min(int(secs * 1e9), 2 ** 62)

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 
+from .. import config
 from ..core import isa
 from ..core import ops
 from ..core import primitives as _prim
@@ -101,3 +102,15 @@ def array_threads(threads=None, min_elements=None):
     mn = ffi.new("int64_t *")
     n = lib.rt_par_config(threads or 0, min_elements or 0, mn)
     return int(n), int(mn[0])
+
+
+def _threads_from_environment():
+    """$REVTAPE_THREADS, read once per process as the C side reads it
+    (csrc/par.c), but parsed here and handed over: junk C would pass over
+    silently is a ConfigError."""
+    n = config.get("REVTAPE_THREADS")
+    if n is not None:
+        lib.rt_par_config(min(n, 64), 0, ffi.NULL)
+
+
+_threads_from_environment()
