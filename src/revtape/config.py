@@ -126,7 +126,7 @@ class Path:
     accepted = "a path (~ is expanded)"
 
     def parse(self, raw):
-        return pathlib.Path(os.path.expanduser(raw.strip()))
+        return pathlib.Path(os.path.expanduser(raw))
 
     def show(self, value):
         return str(value)
