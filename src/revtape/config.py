@@ -11,9 +11,11 @@ get() parses the variable each time it is called, so that a setting read
 where it is used follows the environment as it is now (a module that reads
 one once at import says so in the setting's text).  An unset or blank
 variable is its default.  Anything else the declaration does not accept
-raises ConfigError naming the variable, the value and what it accepts: a
-mistyped setting is never taken for the default, and a number out of range
-(inf, nan, negative, past what the C side holds) never reaches C.
+is refused, never clamped nor ignored: get() raises ConfigError naming the
+variable, the value and what it accepts, where the setting is used (the
+compile that would have used it fails, not a background thread later).  So
+a mistyped setting is never taken for the default, and a number out of
+range (inf, nan, negative, past what a C int holds) never reaches C.
 
 Besides revtape's own REVTAPE_* variables, the table holds the conventions
 revtape follows as other tools do (CC and CFLAGS as setuptools and cffi read
@@ -162,12 +164,14 @@ _DECLARED = [
             'native="auto" (the default of rt.compile, rt.grad and every compiled path) may '
             "move a hot tape to native C; off keeps every such tape on the VM."),
     Setting("REVTAPE_NATIVE_CALLS", Int(0), 1000,
-            'Calls after which a native="auto" tape is hot (0 counts as 1); read at each compile.'),
+            'Calls after which a native="auto" tape is hot (0 counts as 1); read by every '
+            'native="auto" compile while REVTAPE_NATIVE is on.'),
     Setting("REVTAPE_NATIVE_SECONDS", Float(0, C_INT_MAX), 0.1,
-            'Seconds of replay after which a native="auto" tape is hot; read at each compile.'),
+            'Seconds of replay after which a native="auto" tape is hot; read by every '
+            'native="auto" compile while REVTAPE_NATIVE is on.'),
     Setting("REVTAPE_NATIVE_TIMEOUT", Float(0, C_INT_MAX, above=True), 600.0,
-            "Seconds the C compiler may take to build one native library; read at each "
-            "compile."),
+            "Seconds the C compiler may take to build one native library; read by every "
+            'native=True compile and every native="auto" one while REVTAPE_NATIVE is on.'),
     Setting("REVTAPE_CACHE_DIR", Path(), None,
             "Where native libraries are cached.",
             shown="$XDG_CACHE_HOME/revtape (~/Library/Caches/revtape on macOS)"),
