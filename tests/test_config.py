@@ -18,7 +18,7 @@ import pytest
 
 import revtape as rt
 from revtape import config
-from revtape.runtime import compiled, native
+from revtape.runtime import compiled, native, vm
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "revtape"
@@ -316,7 +316,7 @@ def test_threads_junk_is_a_config_error(monkeypatch):
     # in this process (the variable is read once, at import): the same check
     monkeypatch.setenv("REVTAPE_THREADS", "-2")
     with pytest.raises(rt.ConfigError, match="REVTAPE_THREADS='-2'"):
-        compiled._threads_from_environment()
+        vm._threads_from_environment()
 
 
 def test_threads_reach_the_c_pool(monkeypatch):
@@ -325,7 +325,7 @@ def test_threads_reach_the_c_pool(monkeypatch):
     before = compiled.array_threads()[0]
     try:
         monkeypatch.setenv("REVTAPE_THREADS", "1000")
-        compiled._threads_from_environment()
+        vm._threads_from_environment()
         assert compiled.array_threads()[0] == 64              # more than 64 count as 64
     finally:
         compiled.array_threads(threads=before)
