@@ -509,7 +509,7 @@ def environment_md():
     """revtape.config.markdown(), or None while the module does not exist."""
     if importlib.util.find_spec("revtape.config") is None:
         return None
-    from revtape import config
+    config = importlib.import_module("revtape.config")     # sys.modules' entry (a test's stand-in)
     text = config.markdown()
     if not text.lstrip().startswith("#"):
         text = "# Environment variables\n\nrevtape's settings, read from the environment.\n\n" + text
