@@ -43,7 +43,7 @@
  * RT_UNVERIFIED, RT_BADARG, RT_NONFINITE (reserved), RT_CALLBACK_FAILED,
  * RT_BAD_INDEX, RT_OK_HOT are
  * generated from src/revtape/core/isa.py, like each opcode's operand layout. */
-#include "ops_generated.h"
+#include "generated/ops_generated.h"
 
 enum { RT_CB_FORWARD = 0, RT_CB_REVERSE = 1, RT_CB_TANGENT = 2 };
 

@@ -36,10 +36,10 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "../vm.h"
-#include "../verify.h"
-#include "../kernels.h"
-#include "../gaxpy.h"
+#include "vm.h"
+#include "vm/verify.h"
+#include "kernels/kernels.h"
+#include "kernels/gaxpy.h"
 
 #define RT_FWD(NAME)                                                          \
     static inline void rt_fwd_##NAME(double *v, const int32_t *ints, int64_t n, \
@@ -81,13 +81,13 @@
 #define RT_VERIFY_FN(NAME)                                                    \
     static inline int rt_verify_##NAME(rt_vctx *vc, const int32_t *w, rt_vlens *len)
 
-#include "select.h"      /* WHERE_VV/VS/SV, CLIP */
-#include "fused.h"       /* AXPY, SQDIFF, SSD, GAXPY, CSUM */
-#include "reduce.h"      /* REDUCE_* */
-#include "index.h"       /* GATHER, GATHER_IDX, SCATTER_ADD, SCATTER */
-#include "matmul.h"      /* MATMUL */
-#include "linalg_ops.h"  /* the linalg.c family's verify */
-#include "pycall.h"      /* PYCALL: calls back into Python */
-#include "block.h"       /* BLOCK, ENDBLOCK: tiled elementwise runs (sweep cases in vm.c) */
+#include "instr/select.h"      /* WHERE_VV/VS/SV, CLIP */
+#include "instr/fused.h"       /* AXPY, SQDIFF, SSD, GAXPY, CSUM */
+#include "instr/reduce.h"      /* REDUCE_* */
+#include "instr/index.h"       /* GATHER, GATHER_IDX, SCATTER_ADD, SCATTER */
+#include "instr/matmul.h"      /* MATMUL */
+#include "instr/linalg.h"  /* the linalg.c family's verify */
+#include "instr/pycall.h"      /* PYCALL: calls back into Python */
+#include "instr/block.h"       /* BLOCK, ENDBLOCK: tiled elementwise runs (sweep cases in vm.c) */
 
 #endif

@@ -1,10 +1,10 @@
-"""Writes csrc/ops_generated.h from the op table (ops.py).
+"""Writes csrc/generated/ops_generated.h from the op table (ops.py).
 
 The header is committed (as CPython commits its generated opcode headers) so
 that building the extension needs no numpy; tests/test_codegen.py regenerates
 it and fails when the committed copy is out of date.
 
-    python -m revtape.core.codegen            # rewrite csrc/ops_generated.h
+    python -m revtape.core.codegen            # rewrite csrc/generated/ops_generated.h
 """
 
 import pathlib
@@ -151,7 +151,7 @@ def _isa_lines():
 
 
 def header_path():
-    return pathlib.Path(__file__).resolve().parents[3] / "csrc" / "ops_generated.h"
+    return pathlib.Path(__file__).resolve().parents[3] / "csrc" / "generated" / "ops_generated.h"
 
 
 def main(argv=None):

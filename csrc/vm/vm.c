@@ -32,15 +32,15 @@
 #include <sched.h>
 
 #include "vm.h"
-#include "ops_generated.h"
-#include "scalar.h"
-#include "kernels.h"
-#include "linalg.h"
-#include "verify.h"
+#include "generated/ops_generated.h"
+#include "kernels/scalar.h"
+#include "kernels/kernels.h"
+#include "instr/linalg/linalg.h"
+#include "vm/verify.h"
 #include "instr/instr.h"
-#include "batch.h"
-#include "pool.h"
-#include "par.h"
+#include "vm/soa.h"
+#include "runtime/pool.h"
+#include "runtime/par.h"
 
 /* ------------------------------------------------------------------ dispatch
  * Lua-style dispatch macros.  With GCC/Clang the kernels are labels reached

@@ -37,8 +37,8 @@
 #include <stdint.h>
 
 #define RT_VECMATH_INLINE 1   /* vecmath.h: rt_log1p inlined into the loops */
-#include "kernels.h"
-#include "specfun.h"
+#include "kernels/kernels.h"
+#include "kernels/specfun.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390
@@ -81,7 +81,7 @@
  * so every element is computed exactly as in the one loop.  Sums into one
  * slot are not split this way: see rt_krs_chunks below. */
 #ifdef RT_WITH_POOL
-#include "par.h"
+#include "runtime/par.h"
 #define RT_KPAR(n) RT_PAR_WANTS(n)
 #else
 #define RT_KPAR(n) 0

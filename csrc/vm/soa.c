@@ -38,9 +38,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "batch.h"
-#include "ops_generated.h"
-#include "specfun.h"
+#include "vm/soa.h"
+#include "generated/ops_generated.h"
+#include "kernels/specfun.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390

@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "ops_generated.h"
+#include "generated/ops_generated.h"
 
 /* Beside the adjoint flags (1: a, 2: b, 4: c), a tiled block's reverse
  * (csrc/instr/block.h) may pass these in fl: that operand's adjoint is a

@@ -3,7 +3,7 @@
  * tangent by opcode (RT_LINALG).  Here: their shared verify.  The ints
  * record at c is (N, M, flags, scratch); rt_linalg_lengths derives the
  * operand lengths and the instruction's own scratch region in the arena. */
-#include "../linalg.h"
+#include "instr/linalg/linalg.h"
 
 RT_VERIFY_FN(LINALG)
 {

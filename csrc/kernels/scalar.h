@@ -16,8 +16,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "ops_generated.h"
-#include "specfun.h"
+#include "generated/ops_generated.h"
+#include "kernels/specfun.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390   /* 2 / sqrt(pi), used by ERF */

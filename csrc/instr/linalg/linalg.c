@@ -43,8 +43,8 @@
 #define RT_CLONES
 #endif
 
-#include "linalg.h"
-#include "ops_generated.h"
+#include "instr/linalg/linalg.h"
+#include "generated/ops_generated.h"
 
 static double rt_ldot(const double *restrict x, const double *restrict y, int64_t n)
 {
