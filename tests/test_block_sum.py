@@ -1,4 +1,4 @@
-"""Sum blocks (issue 15; csrc/instr/block.h rt_block_verify_sum, vm.c
+"""Sum blocks (csrc/instr/block.h rt_block_verify_sum, csrc/vm/blocks.c
 rt_block_sum_forward / rt_block_backward, src/revtape/lower/blocks.py
 _closing_sum): a np.sum right after a tiled block, over one member's whole
 result, runs inside the block.  Its tiles are the subtrees of numpy's

@@ -1,5 +1,5 @@
 /* The op table's elementwise rows as scalar inline functions, one element at
- * a time: vm.c's one-element paths (scalar code) and rt_elementwise call
+ * a time: the VM's one-element paths (scalar code) and rt_elementwise call
  * them; kernels.c expands the same X-macro rows into its array loops.
  *
  *   rt_sf_NAME(x[, y])                  the value

@@ -14,7 +14,9 @@ from cffi import FFI
 
 CSRC = pathlib.Path(__file__).resolve().parents[2] / "csrc"
 HEADERS = ["vm.h", "compile/tapeflow.h"]
-SOURCES = ["vm/vm.c", "vm/soa.c",
+# the VM first: its sweeps lead .text.hot (vm/internal.h: RT_HOT)
+SOURCES = ["vm/sweeps.c", "vm/scalar_path.c", "vm/blocks.c", "vm/verify.c", "vm/entry.c",
+           "vm/hot.c", "vm/batch.c", "vm/soa.c",
            "kernels/kernels.c", "kernels/specfun.c", "instr/linalg/linalg.c",
            "compile/tapeflow.c", "runtime/pool.c", "runtime/par.c"]
 

@@ -93,7 +93,7 @@ _UNARY_CODE = {op: OPC[op.name.upper()] for op in ops.OPS.values()
 _VV_CODE = {op: OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
             if op.family in (ops.BINARY, ops.BINARY_ND)}
 
-# What the C lowering (csrc/tapeflow.h: rt_tape_fuse, rt_tape_emit) knows of
+# What the C lowering (csrc/compile/tapeflow.h: rt_tape_fuse, rt_tape_emit) knows of
 # an op: per-op tables indexed by the op's position in _OP_LIST, built from
 # the rows' fields as the Python lowering reads them (so nothing here names
 # an op but the fusions' own).  Bits: tapeflow.h's RT_LB_*.
@@ -273,7 +273,7 @@ _FLOW_C = _flow_c     # (a test that swaps the pass for _flow_py gets the Python
 
 
 def _flow_py(instrs, n_nodes, guards_on, dep, adj, live, keep, uses):
-    """csrc/tapeflow.c's pass, in Python (same inputs and outputs)."""
+    """csrc/compile/tapeflow.c's pass, in Python (same inputs and outputs)."""
     for op, out, args, params in instrs:
         if out >= 0 and any(dep[a] for a in args):
             dep[out] = 1
@@ -330,7 +330,7 @@ class _Lowering:
         them (uses).  dep/adj are bytearrays and uses an int32 array, indexed
         by node id: at a million-step tape sets and Counters of node ids were
         ~180 bytes an instruction, these 6.  The pass itself runs in C
-        (csrc/tapeflow.c) on the tape's columns; _flow_py is the same pass in
+        (csrc/compile/tapeflow.c) on the tape's columns; _flow_py is the same pass in
         Python, for a build without the extension."""
         tape = self.tape
         instrs = tape.instructions
@@ -631,7 +631,7 @@ class _Lowering:
         that carry adjoints must be disjoint or the same slots, and s's slot
         outside both -- then every slot receives its terms in the pair's order.
         (SQDIFF's interleaved order equals SUB's two ordered passes for any
-        overlap: csrc/kernels.c's rt_kr_*_VV.)"""
+        overlap: csrc/kernels/kernels.c's rt_kr_*_VV.)"""
         vals, adj = self.vals, self.adj
         shape = _shp(vals[out])
         same = lambda a: _shp(vals[a]) == shape
@@ -669,7 +669,7 @@ class _Lowering:
 
     def _sum_of_sqdiff(self, m, sq, producer, inner_of, outer_of):
         """np.sum over every axis of an array SQDIFF used only there, at most 8
-        instructions on: one SSD (csrc/kernels.c) at the sum's place.  The
+        instructions on: one SSD (csrc/kernels/kernels.c) at the sum's place.  The
         difference's operands then receive their adjoints at m instead of at
         the square, so nothing between may read their slots."""
         k = producer.get(sq)
@@ -696,7 +696,7 @@ class _Lowering:
 
     def _gather_into_axpy(self, k, i, u, s, v, producer, inner_of, outer_of):
         """AXPY k whose u is a gather (a take that copies) used only there, at
-        most 8 instructions back: fused into one GAXPY (csrc/gaxpy.h), whose
+        most 8 instructions back: fused into one GAXPY (csrc/kernels/gaxpy.h), whose
         reverse scatters into the gathered array at k's place instead of the
         gather's.  So nothing between may read that array's slots (by exact
         regions: radon's slope x[1] is read between, its intercepts x[4:] are
@@ -830,7 +830,7 @@ class _Lowering:
                 and len(self.vals) < 2**31 - 1 and len(self.kept) < 2**31 - 1)
 
     def lower_c(self):
-        """lower() with its scalar part in C (csrc/tapeflow.c): rt_tape_fuse
+        """lower() with its scalar part in C (csrc/compile/tapeflow.c): rt_tape_fuse
         finds the scalar AXPY/SQDIFF pairs and sum chains as fusions() and
         sum_chains() do, rt_tape_emit writes the words of scalar instructions,
         fused groups and views in runs, stopping at each instruction this
@@ -1071,7 +1071,7 @@ class _Lowering:
 
     def _lower_linalg(self, op, o, n, oshape, args, params, flag):
         # the row's Linalg gives the kernel's ints record (N, M, flags, scratch):
-        # see csrc/linalg.h; the scratch lives in the arena
+        # see csrc/instr/linalg/linalg.h; the scratch lives in the arena
         N, M, bits, scratch = op.linalg.ints([_shp(self.vals[a]) for a in args], params)
         s = 0 if scratch is None else self._alloc(scratch)
         b = self.offset[args[1]] if len(args) > 1 else 0

@@ -1499,7 +1499,7 @@ class _BatchArena:
         self.p = p
 
 
-_WIDE_B = lib.RT_SOA_LANES   # rows per dispatch of a wide program (csrc/batch.c)
+_WIDE_B = lib.RT_SOA_LANES   # rows per dispatch of a wide program (csrc/vm/soa.c)
 _WIDE_MIN_ROWS = 16   # fewer rows: the row loop (a wide block would be mostly padding)
 _WIDE_MAX_VALUES = 1 << 21   # per arena (16 MB): larger programs take the row loop
 _WIDE_MAX_PAR = lib.RT_SOA_MAX_PAR   # threads a wide batch uses at most
@@ -1507,7 +1507,7 @@ _WIDE_MAX_PAR = lib.RT_SOA_MAX_PAR   # threads a wide batch uses at most
 
 def _aligned_zeros(n, align=64):
     """n zeroed float64 values starting on an `align`-byte boundary (whole
-    vector registers per lane run in batch.c)."""
+    vector registers per lane run in csrc/vm/soa.c)."""
     buf = np.zeros(n + align // 8)
     start = (-buf.ctypes.data % align) // 8
     return buf[start:start + n]
@@ -1562,7 +1562,7 @@ def array_threads(threads=None, min_elements=None):
     An elementwise instruction, a scalar operand's adjoint sum or a
     matrix-vector product over at least ``min_elements`` elements (default
     32768) splits over the calling thread and the C worker pool, with the
-    same bits as on one thread (csrc/par.h).  ``threads`` caps the threads
+    same bits as on one thread (csrc/runtime/par.h).  ``threads`` caps the threads
     (1: never split; default: $REVTAPE_THREADS, else the CPUs the process
     may use).  None leaves a setting unchanged.  Returns the settings now in
     force, ``(threads, min_elements)``."""

@@ -142,7 +142,7 @@ RT_GUARDS(NG_)
 #define RTN_PIECE static
 #endif
 /* Instructions left to the VM (linear algebra and cumulative kernels, in
- * linalg.c): its own sweeps over [lo, hi). */
+ * csrc/instr/linalg/): its own sweeps over [lo, hi). */
 static int (*rtn_vm_fwd)(rt_program *, int64_t, int64_t);
 static int (*rtn_vm_rev)(rt_program *, int64_t, int64_t);
 static int (*rtn_vm_tan)(rt_program *, int64_t, int64_t);
@@ -167,7 +167,7 @@ class _VM(Exception):
 
 
 def _fwd(name, n, o, a, b, c, ints, pc=0):
-    """C for one instruction's forward step (mirrors vm.c's rt_run_forward case)."""
+    """C for one instruction's forward step (mirrors a case of csrc/vm/sweeps.c's forward)."""
     fam = _FAM.get(name)
     if fam is not None:
         kind, base, var = fam
@@ -212,7 +212,7 @@ def _fwd(name, n, o, a, b, c, ints, pc=0):
         return f"{{ int64_t i; for (i = 0; i < {n}; i++) v[{o} + ints[{c} + i]] = v[{a} + i]; }}"
     if name == "SSD":                                       # csrc/kernels/kernels.c
         return f"rt_kf_SSD({n}, v, {o}, {a}, {b});"
-    if name == "GAXPY":                                     # csrc/gaxpy.h
+    if name == "GAXPY":                                     # csrc/kernels/gaxpy.h
         return (f"{{ const double t = v[{b}]; int64_t i; for (i = 0; i < {n}; i++) "
                 f"{{ const double prod = t * v[{ints[c]} + i]; "
                 f"v[{o} + i] = v[{a} + ints[{c + 2} + i]] + prod; }} }}")
@@ -220,7 +220,7 @@ def _fwd(name, n, o, a, b, c, ints, pc=0):
 
 
 def _rev(name, fl, n, o, a, b, c, ints):
-    """C for one instruction's reverse step (mirrors vm.c's rt_run_reverse case)."""
+    """C for one instruction's reverse step (mirrors a case of csrc/vm/sweeps.c's reverse)."""
     fam = _FAM.get(name)
     if fam is not None:
         kind, base, var = fam
@@ -285,7 +285,7 @@ def _rev(name, fl, n, o, a, b, c, ints):
                 f"{{ int64_t i; for (i = 0; i < {n}; i++) d[{a} + i] += d[{o} + ints[{c} + i]]; }}")
     if name == "SSD":
         return f"rt_kr_SSD({fl}u, {n}, d, v, {o}, {a}, {b});"
-    if name == "GAXPY":                                     # csrc/gaxpy.h
+    if name == "GAXPY":                                     # csrc/kernels/gaxpy.h
         z = ints[c]
         return (f"{{ const double t = v[{b}]; double sb = 0.0; int64_t i; (void)t; (void)sb; "
                 f"for (i = 0; i < {n}; i++) {{ const double g = d[{o} + i]; if (g != 0.0) {{"
@@ -958,7 +958,7 @@ def _assemble(fwd, rev):
 # ------------------------------------------------------------------ tangent sweeps
 # The tangent sweep (rt_jvp, rt_jacobian_fwd, and a HessianTape's hvp, which
 # is forward-over-reverse: its tangent sweep runs over the gradient program)
-# mirrors vm.c's rt_run_tangent case by case: an instruction without flags is
+# mirrors csrc/vm/sweeps.c's rt_run_tangent_range case by case: an instruction without flags is
 # skipped (its tangent stays the caller's 0), a scalar unary or _VV binary is
 # the VM's one-element path written out with literal offsets, arrays call
 # kernels.c's rt_kt_ loops, the hand instructions call their own rt_tan_
@@ -999,10 +999,10 @@ def _tan_indexed(name, n, o, a, c, ints):
 
 def _hand(sweep, name, fl, n, o, a, b, c):
     """Any other hand instruction (reductions, MATMUL, GATHER_IDX ...): a call
-    of its own static inline kernel from csrc/instr/, as vm.c's FWD_HAND /
+    of its own static inline kernel from csrc/instr/, as csrc/vm/sweeps.c's FWD_HAND /
     REV_HAND / TAN_HAND cases make it, inlined here with literal arguments;
     a checked kernel's status (RT_BAD_INDEX) returned as the VM returns it.
-    Linear algebra (linalg.c, not linked) raises _VM: the VM's range sweep."""
+    Linear algebra (csrc/instr/linalg/, not linked) raises _VM: the VM's range sweep."""
     args = {"fwd": "v, ints", "rev": f"{fl}u, v, d, ints", "tan": f"{fl}u, v, t, ints"}[sweep]
     call = f"rt_{sweep}_{name}({args}, {n}, {o}, {a}, {b}, {c})"
     if name in _xlist("RT_HAND"):
@@ -1015,7 +1015,7 @@ def _hand(sweep, name, fl, n, o, a, b, c):
 
 
 def _tan(name, fl, n, o, a, b, c, ints=None):
-    """C for one instruction's tangent step (vm.c's TAN_* cases); "" when the
+    """C for one instruction's tangent step (csrc/vm/sweeps.c's TAN_* cases); "" when the
     VM skips it; raises _VM for instructions left to the VM's sweep."""
     if not fl:
         return ""                              # no operand has a tangent: out's stays 0
