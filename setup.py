@@ -11,7 +11,7 @@ from setuptools import Extension, setup
 # checks of ctape.value_and_gradient(x, out=g) (csrc/pyext/checked.c).
 checked = Extension(
     "revtape._checked", sources=["csrc/pyext/checked.c"], include_dirs=["csrc"],
-    depends=["csrc/vm.h", "csrc/ops_generated.h"],
+    depends=["csrc/vm.h", "csrc/generated/ops_generated.h"],
     define_macros=[("Py_LIMITED_API", "0x030B0000")], py_limited_api=True,
     extra_compile_args=[] if os.name == "nt" else ["-O2", "-std=c99"],
     libraries=[] if os.name == "nt" else ["dl"])

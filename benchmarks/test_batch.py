@@ -6,14 +6,14 @@
 Columns (each first checked against the numpy reference at every row):
 ``batch/1t`` and ``batch/2t`` -- ``ctape.batch_value_and_gradient(X,
 threads=n)``, one C call per thread with the GIL released (scalar code runs
-as array code over 24-point lanes, csrc/batch.c); ``c-ref`` -- the
+as array code over 24-point lanes, csrc/vm/soa.c); ``c-ref`` -- the
 hand-written C value and gradient (csrc/bench/reference.c, revtape.bench._ref)
 looped over the rows in
 C (``ref_eight_schools_batch``), so neither side pays a per-point call from
 Python; ``c-ref/2t`` -- the same C split over two threads (what two threads
 can give on this machine at this moment: the ceiling for batch/2t on a
 shared machine; it goes through Python's thread pool, whose wake-up
-batch/2t no longer pays (csrc/pool.c), so at small k it understates the
+batch/2t no longer pays (csrc/runtime/pool.c), so at small k it understates the
 ceiling); ``bind-loop`` -- the per-point Python loop over
 ``ctape.bind`` that batching replaces.
 

@@ -21,7 +21,7 @@
  *   BINARY _VV    out[n] = F(a[n], b[n]);  _VS: b is one scalar;  _SV: a is one scalar
  *   the others    (selections, reductions, index maps, MATMUL, the fused and the
  *                 linear-algebra instructions): described at their homes in
- *                 csrc/instr/ and linalg.h, next to their kernels
+ *                 csrc/instr/ and instr/linalg/linalg.h, next to their kernels
  *   GUARD_*       n = expected result (0 or 1), out = guard number (not an offset),
  *                 a, b: scalar operands.  Forward stops at the first guard whose
  *                 predicate differs from n.
@@ -43,7 +43,7 @@
  * RT_UNVERIFIED, RT_BADARG, RT_NONFINITE (reserved), RT_CALLBACK_FAILED,
  * RT_BAD_INDEX, RT_OK_HOT are
  * generated from src/revtape/core/isa.py, like each opcode's operand layout. */
-#include "ops_generated.h"
+#include "generated/ops_generated.h"
 
 enum { RT_CB_FORWARD = 0, RT_CB_REVERSE = 1, RT_CB_TANGENT = 2 };
 
@@ -100,7 +100,7 @@ typedef struct rt_program {
      * Written only by the thread that owns the program (busy). */
     int64_t hot_calls;    int64_t hot_max_calls;
     int64_t hot_ns;       int64_t hot_max_ns;
-    /* The scalar path (vm.c): a caller-owned buffer of n_instr + 2 entries
+    /* The scalar path (vm/scalar_path.c): a caller-owned buffer of n_instr + 2 entries
      * (NULL: none), which rt_verify fills from the words it accepted -- one
      * dispatch entry per instruction, a one-element instruction's own
      * handler, any other run of instructions one call of the general sweep.
@@ -186,7 +186,7 @@ int rt_batch_value_and_grad(rt_program *p, int64_t k, const double *X, double *v
                             double *G, int64_t *row);
 int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64_t *row);
 
-/* Batched replay of a scalar program as array code (csrc/batch.c), through
+/* Batched replay of a scalar program as array code (csrc/vm/soa.c), through
  * its WIDE form (src/revtape/lower/wide.py): the scalar program with every slot
  * widened to L = RT_SOA_LANES lanes (slot s -> vals[s*L .. s*L+L)) and every
  * instruction n = L, built and verified by the caller, so that one dispatch
@@ -196,15 +196,15 @@ int rt_batch_forward(rt_program *p, int64_t k, const double *X, double *Y, int64
  * with_grad = 0 runs the forward sweep only (G unused).  `first` (n_instr
  * bytes) and `zero` (n_zero lane offsets) tell the reverse sweep which
  * adjoint contributions are a slot's first and which slots to zero
- * (csrc/batch.h).  Bit for bit the rows' single replays.  RT_BADARG if pw
- * has an instruction batch.c does not run, or a zero entry is outside it. */
+ * (csrc/vm/soa.h).  Bit for bit the rows' single replays.  RT_BADARG if pw
+ * has an instruction vm/soa.c does not run, or a zero entry is outside it. */
 #define RT_SOA_LANES 24
 int rt_batch_soa(rt_program *pw, int64_t n_in, int64_t n_grad, int64_t out_off,
                  int32_t with_grad, const uint8_t *first, const int32_t *zero, int64_t n_zero,
                  int64_t k, const double *X, double *values, double *G, int64_t *row);
 
 /* rt_batch_soa over rows [0, k) with up to n_par participants: the calling
- * thread and n_par - 1 threads of a persistent pool (csrc/pool.h), each on
+ * thread and n_par - 1 threads of a persistent pool (csrc/runtime/pool.h), each on
  * its own wide program pws[i] (same code, same side tables, own arenas),
  * taking whole lane blocks from a shared counter.  A worker that has not
  * started when the caller has run out of rows is not waited for, so the call
@@ -247,7 +247,7 @@ int32_t rt_num_ops(void);
  * form); no program needed.  Returns 0, or -1 for any other opcode. */
 int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys, double *out);
 
-/* Threads for large array instructions (csrc/par.h): the elementwise
+/* Threads for large array instructions (csrc/runtime/par.h): the elementwise
  * kernels, scalar-operand adjoint sums and matrix-vector products of one
  * replay split over the calling thread and pool workers, bit for bit the
  * one-thread result.  threads > 0 sets the most threads (1: never split;

@@ -1,4 +1,4 @@
-"""Large array instructions split over threads (csrc/par.h, kernels.c):
+"""Large array instructions split over threads (csrc/runtime/par.h, kernels.c):
 the same bits whatever the number of threads, forced to split at a small
 threshold or not, against the unfused program and the native tier; the
 scalar-operand adjoint sums and MATMUL's A^T G in their documented fixed

@@ -266,7 +266,7 @@ def test_one_batch_at_a_time_per_compiled_tape():
     assert np.array_equal(v, [4.0, 4.0, 4.0])
 
 
-# ------------------------------------------------ batched replay as array code (csrc/batch.c)
+# ------------------------------------------------ batched replay as array code (csrc/vm/soa.c)
 
 def _scalar_mix(x):
     # x * x (one slot, both adjoints), SQDIFF of one slot, a constant divided by
@@ -339,7 +339,7 @@ def test_array_code_side_tables_are_checked_before_use():
                             row) == lib.RT_BADARG
 
 
-# ---------------------------------------------------------------- the C worker pool (csrc/pool.c)
+# -------------------------------------------------------- the C worker pool (csrc/runtime/pool.c)
 
 @pytest.mark.parametrize("k", [16, 23, 24, 25, 47, 97, 1000, 4801])
 @pytest.mark.parametrize("threads", [2, 3, 5])

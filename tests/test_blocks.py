@@ -1,4 +1,5 @@
-"""Fused, tiled elementwise blocks (issue 15; csrc/instr/block.h, src/revtape/lower/blocks.py).
+"""Fused, tiled elementwise blocks (csrc/instr/block.h, csrc/vm/blocks.c,
+src/revtape/lower/blocks.py).
 
 A run of elementwise instructions over the same n elements runs tile by
 tile, forward, reverse and tangent, with the results nobody else reads kept
@@ -203,7 +204,7 @@ def test_a_refused_reverse_order_still_gives_the_same_bits(monkeypatch):
 
 
 # How a tile-local adjoint slot gets its first term in the reverse sweep
-# (vm.c, rt_block_first_terms): written as 0.0 + term by the first member
+# (csrc/vm/blocks.c, rt_block_first_terms): written as 0.0 + term by the first member
 # reaching it, or zeroed first when that member names it twice (u * u), when
 # its kernel writes it in two passes, or when nothing reaches it (u only
 # read by a comparison: its own reverse reads zeros).

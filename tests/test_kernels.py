@@ -1,4 +1,4 @@
-"""The VM's vectorised array kernels (csrc/kernels.c): every elementwise op
+"""The VM's vectorised array kernels (csrc/kernels/kernels.c): every elementwise op
 over an array gives the same bits as the same op written as scalar code (the
 VM's inline n == 1 path, compiled apart from the kernels), zero adjoints stay
 zero through inf/nan partials, operand adjoints that alias each other receive

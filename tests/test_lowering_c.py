@@ -1,4 +1,4 @@
-"""The scalar lowering in C (csrc/tapeflow.c: rt_tape_fuse, rt_tape_emit;
+"""The scalar lowering in C (csrc/compile/tapeflow.c: rt_tape_fuse, rt_tape_emit;
 lower/clower.py: CLowering.lower_c) builds the programs the Python lowering builds,
 word for word: on the workloads, the recipes of test_scale, and random tapes
 mixing scalar code, fusable pairs, sum chains, views, guards and array

@@ -1,4 +1,4 @@
-"""The VM's scalar path (vm.c, issue 17): one-element instructions run from a
+"""The VM's scalar path (csrc/vm/scalar_path.c): one-element instructions run from a
 dispatch index that rt_verify builds (vm.h: scalar_index, scalar_path), one
 handler per instruction and adjoint-flag combination, adjacent plain
 arithmetic paired into one handler (in the forward and, per flag
@@ -233,7 +233,7 @@ def test_verify_builds_the_index_whatever_the_buffer_held(rng):
         lib.RT_UNVERIFIED
 
 
-# The reverse pairs' list (vm.c RT_RPAIR_OPS): (op, flags) and a form that
+# The reverse pairs' list (csrc/vm/scalar_path.c RT_RPAIR_OPS): (op, flags) and a form that
 # records exactly that one instruction from inputs u, v, w and a constant.
 _C = 0.75
 _RPAIR_FORMS = [
@@ -286,7 +286,7 @@ def test_reverse_pairs_of_every_listed_handler_give_the_general_sweeps_bits(rng,
         want = [[fp, fq] for fp, _ in _RPAIR_FORMS for fq, _ in _RPAIR_FORMS]
         assert got == want
     assert all(ops_flags[start + 5 * g + 2][0] == "SIN" for g in range(n_forms ** 2))
-    # every group's Q entry holds its own pair handler (vm.c: reverse handler
+    # every group's Q entry holds its own pair handler (csrc/vm/scalar_path.c: reverse handler
     # in bits 16..31), one per ordered pair of (op, flags)
     n = a._p.n_instr
     ix = np.frombuffer(ffi.buffer(a._p.scalar_index, (n + 2) * 4), dtype=np.uint32)

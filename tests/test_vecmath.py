@@ -1,5 +1,5 @@
-"""csrc/vecmath.h: the VM's own log1p (branch-free, vectorised by the array
-kernels' clones) and MATMUL's matrix-vector reverse in csrc/kernels.c.
+"""csrc/kernels/vecmath.h: the VM's own log1p (branch-free, vectorised by the array
+kernels' clones) and MATMUL's matrix-vector reverse in csrc/kernels/kernels.c.
 
 log1p: within 1 ulp of libm (math.log1p) on millions of points over every
 binade, numpy's values at every special point, and the same bits on every

@@ -407,7 +407,7 @@ def ops_md():
     L += ["## Elementwise rows", "",
           "Differentiable elementwise rows: the C VM's kernels, the native tier and the "
           "batched lanes are generated from the C expressions (`x`, `y` the operands, `f` "
-          "the result; `rt_*` functions are in `csrc/specfun.c`).  Binary rows broadcast and "
+          "the result; `rt_*` functions are in `csrc/kernels/specfun.c`).  Binary rows broadcast and "
           "have array-array, array-scalar and scalar-array opcodes.", "",
           "| row | recorded by | C value | C partials |", "|---|---|---|---|"]
     for fam in (ops.UNARY, ops.BINARY):
@@ -429,7 +429,7 @@ def ops_md():
     L.append("")
 
     L += ["## Other rows", "",
-          "Rows with hand-written kernels (`csrc/instr/`, `csrc/linalg.c`) or lowered by "
+          "Rows with hand-written kernels (`csrc/instr/`, `csrc/instr/linalg/linalg.c`) or lowered by "
           "the compiler into other instructions.", "",
           "| row | family | recorded by | lowered to | note |", "|---|---|---|---|---|"]
     for op in ops.OPS.values():

@@ -11,7 +11,7 @@ What it does:
    special functions, broadcasting gathers, matmul, reductions, selects,
    index maps, fused scalar chains, guards, Hessian and Jacobian programs)
    and writes their programs to a seeds file;
-2. builds csrc/vm.c and csrc/specfun.c with tools/fuzz_vm_harness.c into a
+2. builds the VM's C sources (_build_vm.SOURCES) with tools/fuzz_vm_harness.c into a
    standalone executable with -fsanitize=address,undefined (once per
    compiler found: gcc, clang);
 3. runs it in chunks (one process per RNG seed): each iteration takes a seed

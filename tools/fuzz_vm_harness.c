@@ -120,7 +120,7 @@ static void run_all(rt_program *p)
         int64_t row;
         st = rt_batch_value_and_grad(p, k, X, V, G, &row); COUNT(E_BVG, st);
         st = rt_batch_forward(p, k, X, Y, &row); COUNT(E_BFWD, st);
-        {   /* the program as its own wide form: batch.c's checks refuse it
+        {   /* the program as its own wide form: soa.c's checks refuse it
              * unless every instruction has RT_SOA_LANES elements; random side
              * tables (first: any bits; zero: offsets that may be bad) */
             uint8_t *first = (uint8_t *)malloc((size_t)p->n_instr + 1);

@@ -1,4 +1,4 @@
-"""Where csrc/vecmath.h's rt_log1p constants come from, and its accuracy.
+"""Where csrc/kernels/vecmath.h's rt_log1p constants come from, and its accuracy.
 
     python tools/log1p_coeffs.py            # the fit: P0..P6, ln2 split, seams
     python tools/log1p_coeffs.py --check    # max ulp error of the VM's log1p

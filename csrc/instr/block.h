@@ -11,7 +11,7 @@
  * [s0 + r*T, s0 + r*T + T) for the r-th such member, and every member word
  * naming it holds that slot's offset (not shifted per tile).  The reverse
  * and tangent sweeps recompute tile by tile (the same expressions: the same
- * bits) those of them some member's reverse or tangent reads (vm.c,
+ * bits) those of them some member's reverse or tangent reads (vm/blocks.c,
  * rt_block_recompute: SQUARE's reverse reads its operand, not its result),
  * and the slots' adjoints start each tile at zero: in the reverse sweep the
  * first term into a slot is written as 0.0 + term (kernels.h, RT_KSET_*),
@@ -50,7 +50,7 @@
  * Members of a block run only through it: every sweep runs the block as a
  * whole (the VM's range entry points refuse a range that cuts one), and the
  * verifier checks each member as its first and its last tile run it.
- * The sweeps' cases are in vm.c (they run the sweep itself over the member
+ * The sweeps' cases are in vm/sweeps.c and vm/blocks.c (they run the sweep itself over the member
  * words of one tile); this file holds the tiling and the verify functions.
  *
  * A sum block's last member word is a REDUCE_SUM of one earlier member's
@@ -253,7 +253,7 @@ static inline void rt_block_plan_at(const rt_block_plan *pl, int64_t t, int64_t 
 }
 
 /* Moves the plan's words naming the scratch by sub elements (a thread's
- * share of each tile-local slot, vm.c rt_block_par); sub = 0 leaves it. */
+ * share of each tile-local slot, vm/blocks.c rt_block_par); sub = 0 leaves it. */
 static inline void rt_block_plan_sub(const rt_block *bk, rt_block_plan *pl, int64_t sub)
 {
     int64_t k, j;
@@ -280,9 +280,7 @@ static inline int rt_block_overlaps(int64_t o1, int64_t l1, int64_t o2, int64_t 
  * the last tile, the reverse reads its adjoint before the first).  Then
  * the word itself, its operand being the member's region (a slot: T
  * elements). */
-static int rt_verify_instr(rt_vctx *vc, const int32_t *w);
-
-static int rt_block_verify_sum(rt_vctx *vc, const rt_block *bk)
+static inline int rt_block_verify_sum(rt_vctx *vc, const rt_block *bk)
 {
     const int32_t *u = bk->sum;
     const int64_t n = bk->n, o = u[2];
@@ -329,7 +327,7 @@ static int rt_block_verify_sum(rt_vctx *vc, const rt_block *bk)
 }
 
 /* The block's own words, its members' kinds and dataflow, its scratch and
- * its ENDBLOCK.  (vm.c then checks each member's regions as its first and
+ * its ENDBLOCK.  (vm/verify.c then checks each member's regions as its first and
  * last tile see them: rt_verify_block_members.) */
 RT_VERIFY_FN(BLOCK)
 {

@@ -49,7 +49,7 @@ RT_TAN(AXPY)
     }
 }
 
-/* One element (isa scalar=True: vm.c's scalar path): the n == 1 case of
+/* One element (isa scalar=True: vm/scalar_path.c): the n == 1 case of
  * the loops above, the same operations in the same order. */
 RT_SFWD(AXPY)
 {
@@ -134,7 +134,7 @@ RT_TAN(SSD) { t[o] = rt_kt_SSD(fl, n, t, v, a, b); }
 
 /* GAXPY: out[k] = a[ints[c+2+k]] + b[0] * z[k], z = vals + ints[c], a has
  * ints[c+1] elements: GATHER then AXPY (kernels and their ordering argument
- * in csrc/gaxpy.h; flags 1: a, 2: b, 4: z). */
+ * in csrc/kernels/gaxpy.h; flags 1: a, 2: b, 4: z). */
 RT_FWD(GAXPY) { rt_gaxpy_forward(n, v, ints, o, a, b, c); }
 RT_REV(GAXPY) { rt_gaxpy_reverse(fl, n, d, v, ints, o, a, b, c); }
 RT_TAN(GAXPY) { rt_gaxpy_tangent(fl, n, t, v, ints, o, a, b, c); }

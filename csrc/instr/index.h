@@ -113,7 +113,7 @@ static inline void rt_rev_scatter(uint32_t fl, double *d, const int32_t *ints, i
 
 RT_REV(SCATTER_ADD) { rt_rev_scatter(fl, d, ints, n, o, a, c); }
 
-/* out[0..b) is still the caller's 0 (the tangent sweep's contract, vm.c):
+/* out[0..b) is still the caller's 0 (the tangent sweep's contract, vm/sweeps.c):
  * add in place */
 RT_TAN(SCATTER_ADD)
 {

@@ -11,23 +11,28 @@
  *   RT_SFWD(NAME), RT_SREV(NAME)  only if its isa.py row says scalar=True:
  *                    forward and reverse of one element (n == 1, or any n
  *                    when the output is one element), with the bits of the
- *                    kernels above: vm.c's scalar path runs them
+ *                    kernels above: vm/scalar_path.c runs them
  *   RT_VERIFY_FN(NAME)  only if its isa.py row says verify=True: the checks
  *                    the descriptor table cannot express (index maps,
  *                    shapes, term lists); it may set the operand lengths
  *                    the table marks `custom`.
  *
- * The sweeps in vm.c dispatch to these through the generated lists
+ * The sweeps in vm/sweeps.c dispatch to these through the generated lists
  * (RT_HAND, RT_HAND_ND, RT_VERIFY in ops_generated.h): adding an instruction
- * adds no line to vm.c.  Arguments are the instruction's words; the functions
- * are static inline and each is called once, so they compile to the code a
- * case written inside the sweep would.  They trust what the verifier checked:
- * no bounds checks of their own.
+ * adds no line to csrc/vm/.  Arguments are the instruction's words; the
+ * functions are static inline and each is called once, so they compile to
+ * the code a case written inside the sweep would.  They trust what the
+ * verifier checked: no bounds checks of their own.
  *
- * Rules every kernel keeps (see vm.c's header): no allocation, no globals;
- * operand adjoints are accumulated, never assigned (operands may alias); an
- * exactly-zero adjoint or tangent contributes nothing even through an
- * inf/nan partial (CppAD's azmul), except where a comment says otherwise.
+ * The dense linear-algebra family has the same layout, one file per
+ * instruction under instr/linalg/ with its forward, reverse and tangent,
+ * reached through one dispatcher (instr/linalg.h, instr/linalg/linalg.c).
+ *
+ * Rules every kernel keeps (see vm/sweeps.c's header): no allocation, no
+ * globals; operand adjoints are accumulated, never assigned (operands may
+ * alias); an exactly-zero adjoint or tangent contributes nothing even
+ * through an inf/nan partial (CppAD's azmul), except where a comment says
+ * otherwise.
  * Internal to the extension.
  */
 #ifndef REVTAPE_INSTR_H
@@ -36,10 +41,10 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "../vm.h"
-#include "../verify.h"
-#include "../kernels.h"
-#include "../gaxpy.h"
+#include "vm.h"
+#include "vm/verify.h"
+#include "kernels/kernels.h"
+#include "kernels/gaxpy.h"
 
 #define RT_FWD(NAME)                                                          \
     static inline void rt_fwd_##NAME(double *v, const int32_t *ints, int64_t n, \
@@ -81,13 +86,13 @@
 #define RT_VERIFY_FN(NAME)                                                    \
     static inline int rt_verify_##NAME(rt_vctx *vc, const int32_t *w, rt_vlens *len)
 
-#include "select.h"      /* WHERE_VV/VS/SV, CLIP */
-#include "fused.h"       /* AXPY, SQDIFF, SSD, GAXPY, CSUM */
-#include "reduce.h"      /* REDUCE_* */
-#include "index.h"       /* GATHER, GATHER_IDX, SCATTER_ADD, SCATTER */
-#include "matmul.h"      /* MATMUL */
-#include "linalg_ops.h"  /* the linalg.c family's verify */
-#include "pycall.h"      /* PYCALL: calls back into Python */
-#include "block.h"       /* BLOCK, ENDBLOCK: tiled elementwise runs (sweep cases in vm.c) */
+#include "instr/select.h" /* WHERE_VV/VS/SV, CLIP */
+#include "instr/fused.h"  /* AXPY, SQDIFF, SSD, GAXPY, CSUM */
+#include "instr/reduce.h" /* REDUCE_* */
+#include "instr/index.h"  /* GATHER, GATHER_IDX, SCATTER_ADD, SCATTER */
+#include "instr/matmul.h" /* MATMUL */
+#include "instr/linalg.h" /* CHOLESKY ... CUMPROD: the family's verify (kernels in instr/linalg/) */
+#include "instr/pycall.h" /* PYCALL: calls back into Python */
+#include "instr/block.h"  /* BLOCK, ENDBLOCK: tiled elementwise runs (run by vm/blocks.c) */
 
 #endif

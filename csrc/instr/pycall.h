@@ -3,7 +3,7 @@
  * (offset, length, needs-adjoint 0/1) of operand k.  The sweeps call
  * p->callback(p->callback_ctx, mode, pc), which reads and writes the arenas
  * itself; a non-zero return stops the sweep with RT_CALLBACK_FAILED.  The
- * one instruction whose kernels need the program (rt_pycall_*), so vm.c
+ * one instruction whose kernels need the program (rt_pycall_*), so vm/sweeps.c
  * calls them by hand rather than through RT_HAND. */
 
 /* Forward: the caller's Python computes out (re-run at every replay). */

@@ -1,6 +1,6 @@
 """cffi build script (out-of-line API mode), run by setup.py through cffi_modules.
 
-It compiles csrc/*.c into the extension module ``revtape._vm``.  The cdef is
+It compiles the VM's C sources (csrc/: SOURCES) into the extension module ``revtape._vm``.  The cdef is
 read from the C headers themselves (preprocessor lines dropped), so the C
 declarations are written once; cffi's compile step then checks them against
 the real headers.
@@ -13,8 +13,12 @@ import re
 from cffi import FFI
 
 CSRC = pathlib.Path(__file__).resolve().parents[2] / "csrc"
-HEADERS = ["vm.h", "tapeflow.h"]
-SOURCES = ["vm.c", "kernels.c", "specfun.c", "linalg.c", "batch.c", "tapeflow.c", "pool.c", "par.c"]
+HEADERS = ["vm.h", "compile/tapeflow.h"]
+# the VM first: its sweeps lead .text.hot (vm/internal.h: RT_HOT)
+SOURCES = ["vm/sweeps.c", "vm/scalar_path.c", "vm/blocks.c", "vm/verify.c", "vm/entry.c",
+           "vm/hot.c", "vm/batch.c", "vm/soa.c",
+           "kernels/kernels.c", "kernels/specfun.c", "instr/linalg/linalg.c",
+           "compile/tapeflow.c", "runtime/pool.c", "runtime/par.c"]
 
 
 def _cdef_from_header(text):
@@ -33,7 +37,7 @@ def _cdef_from_header(text):
 def _abi_block():
     """The word layout and statuses of ops_generated.h (generated from isa.py):
     the block between its ABI markers is plain cdef-able C."""
-    text = (CSRC / "ops_generated.h").read_text()
+    text = (CSRC / "generated" / "ops_generated.h").read_text()
     begin = "/* ---- ABI constants"
     return _cdef_from_header(text[text.index(begin):text.index("/* ---- end of ABI constants")])
 
@@ -53,7 +57,7 @@ ffibuilder.set_source(
     # setuptools insists on paths relative to setup.py's directory
     sources=[os.path.relpath(CSRC / s) for s in SOURCES],
     include_dirs=[os.path.relpath(CSRC)],
-    # a header-only change (csrc/instr/*.h, ops_generated.h) rebuilds too
+    # a header-only change (csrc/instr/*.h, csrc/generated/ops_generated.h) rebuilds too
     depends=sorted(os.path.relpath(h) for h in CSRC.rglob("*.h")),
     extra_compile_args=["-O2", "-std=c99", "-fno-math-errno", "-D_DEFAULT_SOURCE",
                         "-DRT_WITH_POOL"],   # kernels.c splits large arrays (par.h)

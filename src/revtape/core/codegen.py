@@ -1,10 +1,10 @@
-"""Writes csrc/ops_generated.h from the op table (ops.py).
+"""Writes csrc/generated/ops_generated.h from the op table (ops.py).
 
 The header is committed (as CPython commits its generated opcode headers) so
 that building the extension needs no numpy; tests/test_codegen.py regenerates
 it and fails when the committed copy is out of date.
 
-    python -m revtape.core.codegen            # rewrite csrc/ops_generated.h
+    python -m revtape.core.codegen            # rewrite csrc/generated/ops_generated.h
 """
 
 import pathlib
@@ -52,7 +52,7 @@ def render():
         "#define RT_REDUCE(X) \\",
         _x([f"X({o.name.upper()})" for o in fam(ops.REDUCE)]),
         "",
-        "/* Dense linear algebra, kernels in linalg.c: X(NAME) */",
+        "/* Dense linear algebra, kernels in instr/linalg/: X(NAME) */",
         "#define RT_LINALG(X) \\",
         _x([f"X({o.name.upper()})" for o in fam(ops.LINALG)]),
         "",
@@ -137,7 +137,7 @@ def _isa_lines():
         _x([f"X({i.name})" for i in isa.BY_OPCODE if i.blockable]),
         "",
         "/* Hand instructions with one-element forms rt_sfwd_NAME / rt_srev_NAME",
-        " * (isa.Instr.scalar: vm.c's scalar path): X(NAME, allowed adjoint flags,",
+        " * (isa.Instr.scalar: vm/scalar_path.c): X(NAME, allowed adjoint flags,",
         " * 1 if the output is one element whatever n is) */",
         "#define RT_SCALAR_HAND(X) \\",
         _x([f"X({i.name}, {i.flags}, {int(i.out == '1')})" for i in isa.BY_OPCODE if i.scalar]),
@@ -151,7 +151,7 @@ def _isa_lines():
 
 
 def header_path():
-    return pathlib.Path(__file__).resolve().parents[3] / "csrc" / "ops_generated.h"
+    return pathlib.Path(__file__).resolve().parents[3] / "csrc" / "generated" / "ops_generated.h"
 
 
 def main(argv=None):

@@ -4,7 +4,7 @@ An instruction is RT_WORDS int32 words ``(op, n, out, a, b, c)`` with
 ``op = opcode | (adjoint flags << FLAGS_SHIFT)``.  What each word means is
 declared once here, per opcode, and everything else reads it:
 
-* ``python -m revtape.core.codegen`` writes it into csrc/ops_generated.h (the word
+* ``python -m revtape.core.codegen`` writes it into csrc/generated/ops_generated.h (the word
   layout, the status codes and the ``RT_INSTRS`` descriptor rows), from which
   the C verifier checks every operand region, every parameter word and the
   allowed adjoint flags, and the sweeps get their case lists;
@@ -29,7 +29,7 @@ term lists); it runs after the table's checks and before the region checks.
 
 ``scalar=True`` (hand instructions): its C home also has one-element forms
 ``RT_SFWD`` / ``RT_SREV`` (its kernels' n == 1 case, or any n when its
-output is one element; same bits), which vm.c's scalar path runs
+output is one element; same bits), which the VM's scalar path runs
 (``RT_SCALAR_HAND``); the generated elementwise rows and the guards have
 theirs from the op table.
 """
@@ -62,7 +62,7 @@ OUT_KINDS = ("n", "1", "b", "guard", "custom")
 OPERAND_KINDS = ("-", "n", "1", "n*b", "b", "len", "len1", "ints", "slot", "custom")
 
 # Where an instruction's kernels live: generated from an op row's C
-# expressions, hand-written in csrc/instr/*.h, in csrc/linalg.c, a guard
+# expressions, hand-written in csrc/instr/*.h, in csrc/instr/linalg/, a guard
 # predicate, or a call back into Python.  "block": BLOCK / ENDBLOCK, which
 # run the instructions between them tile by tile (csrc/instr/block.h).  "checked": hand-written kernels
 # that check data the verifier cannot see (index values refilled per replay)
@@ -83,7 +83,7 @@ class Instr:
     verify: bool = False        # extra checks in C: rt_verify_NAME
     b_label: str = ""           # what a `len` word b is, for messages
     fmt: str = ""               # operands in the disassembly ("" : @a, @b ... by arity)
-    scalar: bool = False        # hand instruction with one-element forms (vm.c's scalar path)
+    scalar: bool = False        # hand instruction with one-element forms (csrc/vm/scalar_path.c)
     opcode: int = -1
 
     @property

@@ -6,7 +6,7 @@ and local partials.  Everything else is derived from this table:
 
 * the primitives (``ops.P.sin`` ...) that tracked values dispatch to,
 * the reference replay (tape.py) and the traced reverse pass (HessianTape),
-* the VM opcode list and ``csrc/ops_generated.h`` (see ``_codegen.py``),
+* the VM opcode list and ``csrc/generated/ops_generated.h`` (see ``_codegen.py``),
 * the op-table hash that a built extension and a pickled program must match.
 
 Reverse rules are written with the primitives themselves, as in HIPS
@@ -65,12 +65,12 @@ def _polygamma_fwd(n):
     return lambda x: _specfun.polygamma(n, x)
 
 # Families.  The elementwise ones are generated into the C VM from their
-# expressions; the others have a hand-written kernel in csrc/vm.c (or are
+# expressions; the others have a hand-written kernel in csrc/instr/ (or are
 # lowered by the compiler into those kernels).
 UNARY, BINARY, UNARY_ND, BINARY_ND = "unary", "binary", "unary_nd", "binary_nd"
 WHERE, CLIP, REDUCE, MATMUL, GUARD = "where", "clip", "reduce", "matmul", "guard"
 STRUCT = "struct"  # reshape/take/item/scatter_add/concat: lowered to aliases, gathers, scatters
-LINALG = "linalg"  # dense matrix kernels in csrc/linalg.c: one opcode each
+LINALG = "linalg"  # dense matrix kernels in csrc/instr/linalg/: one opcode each
 PYCALL = "pycall"  # a user's @rt.primitive: the VM calls back into Python (primitives.py)
 
 
@@ -110,7 +110,7 @@ class Op:
     pieces: object = None             # SCATTER: fn(operand shapes, params) -> each operand's
     #                                   flat positions in the result
     linalg: object = None             # LINALG: its instruction's lengths and ints record
-    #                                   (Linalg, below; csrc/linalg.h)
+    #                                   (Linalg, below; csrc/instr/linalg/linalg.h)
     index: int = field(default=-1)    # position in OPS
 
     def __repr__(self):
@@ -731,14 +731,14 @@ _def("concat", STRUCT, lambda *xs, axis: np.concatenate([np.asarray(x) for x in 
      pieces=lambda shapes, params: concat_pieces(shapes, params["axis"]))
 
 # ---------------------------------------------------------------- linear algebra
-# One instruction each (csrc/linalg.c: forward, reverse and tangent kernels);
-# square 2-D matrices only (the user-facing functions in linalg.py refuse the
-# rest).  Failed factorizations give nan results -- a value a sampler can
-# reject -- in the reference replay and in C alike: cholesky of a matrix that
-# is not positive definite is all nan, solve/inv of an exactly singular
-# matrix (a zero pivot) all nan, slogdet of one (0, -inf) as numpy.  The
-# reverse rules are written with these primitives (so Hessians work) and
-# match the C kernels to rounding.
+# One instruction each (csrc/instr/linalg/: one file with its forward, reverse
+# and tangent kernels); square 2-D matrices only (the user-facing functions in
+# linalg.py refuse the rest).  Failed factorizations give nan results -- a
+# value a sampler can reject -- in the reference replay and in C alike:
+# cholesky of a matrix that is not positive definite is all nan, solve/inv of
+# an exactly singular matrix (a zero pivot) all nan, slogdet of one (0, -inf)
+# as numpy.  The reverse rules are written with these primitives (so Hessians
+# work) and match the C kernels to rounding.
 
 def tri_mask(shape, k=0, lower=True):
     """0/1 mask of np.tril(x, k) (lower) or np.triu(x, k) as a float constant."""

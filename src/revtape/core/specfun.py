@@ -3,7 +3,7 @@
 The op table's special functions take scipy.special's forwards when scipy
 imports (the reference replay is then checked against scipy itself); without
 scipy these take their place, so that recording and the reference replay
-still work.  They follow csrc/specfun.c -- the C VM's own kernels --
+still work.  They follow csrc/kernels/specfun.c -- the C VM's own kernels --
 algorithm for algorithm (same recurrences, series and reflections, same
 values at poles and infinities), written on Python floats and vectorised;
 they are slow, and only used without scipy.
@@ -185,7 +185,7 @@ def polygamma(n, x):
 
 def logsumexp(x, axis=None, keepdims=False):
     """scipy.special.logsumexp's values: the maxima are taken out of the sum,
-    nan -> nan, an infinite maximum is the result, empty -> -inf (csrc/vm.c)."""
+    nan -> nan, an infinite maximum is the result, empty -> -inf (csrc/instr/reduce.h)."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(all="ignore"):
         if x.size == 0:

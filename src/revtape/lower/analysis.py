@@ -1,6 +1,6 @@
 """The lowering's first passes over a tape: which nodes depend on an input,
 carry an adjoint, are kept and how often they are read (analyse, a data-flow
-pass in C, csrc/tapeflow.c, or in Python), where every value lives in the
+pass in C, csrc/compile/tapeflow.c, or in Python), where every value lives in the
 arena (layout: inputs, then constants, then intermediates), and the kept
 instructions as the fusion searches read them (the _kept_* views)."""
 
@@ -87,7 +87,7 @@ def _flow_c(instrs, n_nodes, guards_on, dep, adj, live, keep, uses, cols=None):
 
 
 def _flow_py(instrs, n_nodes, guards_on, dep, adj, live, keep, uses):
-    """csrc/tapeflow.c's pass, in Python (same inputs and outputs)."""
+    """csrc/compile/tapeflow.c's pass, in Python (same inputs and outputs)."""
     for op, out, args, params in instrs:
         if out >= 0 and any(dep[a] for a in args):
             dep[out] = 1
@@ -142,7 +142,7 @@ class Analysis:
         them (uses).  dep/adj are bytearrays and uses an int32 array, indexed
         by node id: at a million-step tape sets and Counters of node ids were
         ~180 bytes an instruction, these 6.  The pass itself runs in C
-        (csrc/tapeflow.c) on the tape's columns; _flow_py is the same pass in
+        (csrc/compile/tapeflow.c) on the tape's columns; _flow_py is the same pass in
         Python, for a build without the extension."""
         tape = self.tape
         instrs = tape.instructions

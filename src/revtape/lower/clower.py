@@ -1,4 +1,4 @@
-"""The lowering's scalar part in C (csrc/tapeflow.c): rt_tape_fuse finds the
+"""The lowering's scalar part in C (csrc/compile/tapeflow.c): rt_tape_fuse finds the
 scalar fusions as fusions.py does, rt_tape_emit writes the words of scalar
 instructions, fused groups and views in runs and stops at every instruction
 the Python emission writes (arrays, structure, linear algebra, guards, the
@@ -74,7 +74,7 @@ class CLowering:
                 and len(self.vals) < 2**31 - 1 and len(self.kept) < 2**31 - 1)
 
     def lower_c(self):
-        """lower() with its scalar part in C (csrc/tapeflow.c): rt_tape_fuse
+        """lower() with its scalar part in C (csrc/compile/tapeflow.c): rt_tape_fuse
         finds the scalar AXPY/SQDIFF pairs and sum chains as fusions() and
         sum_chains() do, rt_tape_emit writes the words of scalar instructions,
         fused groups and views in runs, stopping at each instruction this

@@ -194,7 +194,7 @@ class Emission:
 
     def _lower_linalg(self, op, o, n, oshape, args, params, flag):
         # the row's Linalg gives the kernel's ints record (N, M, flags, scratch):
-        # see csrc/linalg.h; the scratch lives in the arena
+        # see csrc/instr/linalg/linalg.h; the scratch lives in the arena
         N, M, bits, scratch = op.linalg.ints([_shp(self.vals[a]) for a in args], params)
         s = 0 if scratch is None else self._alloc(scratch)
         b = self.offset[args[1]] if len(args) > 1 else 0

@@ -4,7 +4,7 @@ Scalar and array pairs -- `a + b*c` (AXPY, GAXPY when a is a gather) and
 `(a - b)**2` (SQDIFF, SSD when only summed) -- and runs of scalar additions
 (CSUM).  Every fusion keeps each adjoint's terms in the order the unfused
 instructions add them, so fused programs give the same bits.  The C
-lowering runs the scalar searches in C (csrc/tapeflow.c: rt_tape_fuse) and
+lowering runs the scalar searches in C (csrc/compile/tapeflow.c: rt_tape_fuse) and
 these for the array fusions."""
 
 import itertools
@@ -135,7 +135,7 @@ class Fusions:
         that carry adjoints must be disjoint or the same slots, and s's slot
         outside both -- then every slot receives its terms in the pair's order.
         (SQDIFF's interleaved order equals SUB's two ordered passes for any
-        overlap: csrc/kernels.c's rt_kr_*_VV.)"""
+        overlap: csrc/kernels/kernels.c's rt_kr_*_VV.)"""
         vals, adj = self.vals, self.adj
         shape = _shp(vals[out])
         same = lambda a: _shp(vals[a]) == shape
@@ -173,7 +173,7 @@ class Fusions:
 
     def _sum_of_sqdiff(self, m, sq, producer, inner_of, outer_of):
         """np.sum over every axis of an array SQDIFF used only there, at most 8
-        instructions on: one SSD (csrc/kernels.c) at the sum's place.  The
+        instructions on: one SSD (csrc/kernels/kernels.c) at the sum's place.  The
         difference's operands then receive their adjoints at m instead of at
         the square, so nothing between may read their slots."""
         k = producer.get(sq)
@@ -200,7 +200,7 @@ class Fusions:
 
     def _gather_into_axpy(self, k, i, u, s, v, producer, inner_of, outer_of):
         """AXPY k whose u is a gather (a take that copies) used only there, at
-        most 8 instructions back: fused into one GAXPY (csrc/gaxpy.h), whose
+        most 8 instructions back: fused into one GAXPY (csrc/kernels/gaxpy.h), whose
         reverse scatters into the gathered array at k's place instead of the
         gather's.  So nothing between may read that array's slots (by exact
         regions: radon's slope x[1] is read between, its intercepts x[4:] are

@@ -1,7 +1,7 @@
 """What the lowering reads off the op table (core/ops.py), computed once: the
 rows the fusions act on (by identity), the families that lower inline or may
 alias another value, each elementwise row's opcode, and the per-op tables the
-C lowering (csrc/tapeflow.h) indexes by an op's position in the table."""
+C lowering (csrc/compile/tapeflow.h) indexes by an op's position in the table."""
 
 import numpy as np
 
@@ -29,7 +29,7 @@ _UNARY_CODE = {op: OPC[op.name.upper()] for op in ops.OPS.values()
 _VV_CODE = {op: OPC[op.name.upper() + "_VV"] for op in ops.OPS.values()
             if op.family in (ops.BINARY, ops.BINARY_ND)}
 
-# What the C lowering (csrc/tapeflow.h: rt_tape_fuse, rt_tape_emit) knows of
+# What the C lowering (csrc/compile/tapeflow.h: rt_tape_fuse, rt_tape_emit) knows of
 # an op: per-op tables indexed by the op's position in _OP_LIST, built from
 # the rows' fields as the Python lowering reads them (so nothing here names
 # an op but the fusions' own).  Bits: tapeflow.h's RT_LB_*.

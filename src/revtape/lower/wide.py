@@ -64,8 +64,8 @@ def scalar_form(code, ints, n_vals):
     return out, nxt
 
 
-# Batched replay as array code (csrc/batch.c) runs the wide program with two
-# side tables for its reverse sweep; see csrc/batch.h.
+# Batched replay as array code (csrc/vm/soa.c) runs the wide program with two
+# side tables for its reverse sweep; see csrc/vm/soa.h.
 _DIFF_UNARY = {_OPC[op.name.upper()] for op in ops.OPS.values() if op.family == ops.UNARY}
 _DIFF_VV = {_OPC[op.name.upper() + "_VV"] for op in ops.OPS.values() if op.family == ops.BINARY}
 _ND_VV = {_OPC[op.name.upper() + "_VV"] for op in ops.OPS.values() if op.family == ops.BINARY_ND}
@@ -78,7 +78,7 @@ _SCALAR_A = {_OPC[op.name.upper() + "_VV"]: _OPC[op.name.upper() + "_SV"]
 
 def _adjoint_writes(opc, fl, a, b, c):
     """The operand slots whose adjoints an instruction's reverse updates, in
-    the order batch.c updates them, with their bit in `first`."""
+    the order csrc/vm/soa.c updates them, with their bit in `first`."""
     if opc in _DIFF_UNARY:
         return [(a, 1)] if fl & 1 else []
     if opc in _DIFF_VV or opc == _SQDIFF:
@@ -89,7 +89,7 @@ def _adjoint_writes(opc, fl, a, b, c):
 
 
 def soa_program(form, n_in, n_fixed, n_grad, out_off, B):
-    """The wide program for batch.c: (words, first, zero).
+    """The wide program for csrc/vm/soa.c: (words, first, zero).
 
     A binary instruction whose constant operand needs no adjoint reads that
     constant as one scalar (_VS/_SV: same expression per lane).  `first[pc]`

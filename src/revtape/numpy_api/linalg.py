@@ -1,5 +1,5 @@
 """Linear algebra on tracked values: numpy and scipy.linalg names, one
-instruction each (kernels in csrc/linalg.c, rows in ops.py).
+instruction each (kernels in csrc/instr/linalg/, rows in ops.py).
 
 numpy's functions (``np.linalg.cholesky``, ``solve``, ``inv``, ``slogdet``,
 ``det``, ``np.trace``, ``np.diag``, ``np.diagonal``, ``np.tril``,

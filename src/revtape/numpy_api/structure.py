@@ -1,7 +1,7 @@
 """Structural numpy functions on tracked values: cumsum/cumprod, sort and
 argsort/argmax/argmin, einsum, tensordot, append.
 
-cumsum/cumprod are one instruction each (csrc/linalg.c), along the last
+cumsum/cumprod are one instruction each (csrc/instr/linalg/cumulative.h), along the last
 axis; another axis is moved last and back with gathers.  sort is a gather
 by the permutation argsort found at recording; einsum and tensordot lower
 to transposes (gathers), matmul, broadcast multiplies and sums.

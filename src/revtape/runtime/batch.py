@@ -20,7 +20,7 @@ from ..core import pytree
 from ..errors import BranchChanged, InputError, OutputError, RevtapeError
 from ..lower import wide as _wide
 
-_WIDE_B = lib.RT_SOA_LANES   # rows per dispatch of a wide program (csrc/batch.c)
+_WIDE_B = lib.RT_SOA_LANES   # rows per dispatch of a wide program (csrc/vm/batch.c)
 _WIDE_MIN_ROWS = 16   # fewer rows: the row loop (a wide block would be mostly padding)
 _WIDE_MAX_VALUES = 1 << 21   # per arena (16 MB): larger programs take the row loop
 _WIDE_MAX_PAR = lib.RT_SOA_MAX_PAR   # threads a wide batch uses at most

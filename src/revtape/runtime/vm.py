@@ -90,7 +90,7 @@ def array_threads(threads=None, min_elements=None):
     An elementwise instruction, a scalar operand's adjoint sum or a
     matrix-vector product over at least ``min_elements`` elements (default
     32768) splits over the calling thread and the C worker pool, with the
-    same bits as on one thread (csrc/par.h).  ``threads`` caps the threads
+    same bits as on one thread (csrc/runtime/par.h).  ``threads`` caps the threads
     (1: never split; default: $REVTAPE_THREADS, else the CPUs the process
     may use).  None leaves a setting unchanged.  Returns the settings now in
     force, ``(threads, min_elements)``."""
@@ -106,7 +106,7 @@ def array_threads(threads=None, min_elements=None):
 
 def _threads_from_environment():
     """$REVTAPE_THREADS, read once per process as the C side reads it
-    (csrc/par.c), but parsed here and handed over: junk C would pass over
+    (csrc/runtime/par.c), but parsed here and handed over: junk C would pass over
     silently is a ConfigError."""
     n = config.get("REVTAPE_THREADS")
     if n is not None:

@@ -1,5 +1,5 @@
 /* The compiler's data-flow pass: see tapeflow.h. */
-#include "tapeflow.h"
+#include "compile/tapeflow.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -245,7 +245,7 @@
     X(ALL) \
     X(ANY)
 
-/* Dense linear algebra, kernels in linalg.c: X(NAME) */
+/* Dense linear algebra, kernels in instr/linalg/: X(NAME) */
 #define RT_LINALG(X) \
     X(CHOLESKY) \
     X(TRISOLVE) \
@@ -617,7 +617,7 @@ enum {
     X(SQDIFF)
 
 /* Hand instructions with one-element forms rt_sfwd_NAME / rt_srev_NAME
- * (isa.Instr.scalar: vm.c's scalar path): X(NAME, allowed adjoint flags,
+ * (isa.Instr.scalar: vm/scalar_path.c): X(NAME, allowed adjoint flags,
  * 1 if the output is one element whatever n is) */
 #define RT_SCALAR_HAND(X) \
     X(AXPY, 7, 0) \

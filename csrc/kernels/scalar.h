@@ -1,5 +1,5 @@
 /* The op table's elementwise rows as scalar inline functions, one element at
- * a time: vm.c's one-element paths (scalar code) and rt_elementwise call
+ * a time: the VM's one-element paths (scalar code) and rt_elementwise call
  * them; kernels.c expands the same X-macro rows into its array loops.
  *
  *   rt_sf_NAME(x[, y])                  the value
@@ -16,8 +16,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "ops_generated.h"
-#include "specfun.h"
+#include "generated/ops_generated.h"
+#include "kernels/specfun.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390   /* 2 / sqrt(pi), used by ERF */

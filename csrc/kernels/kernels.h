@@ -18,14 +18,14 @@
 
 #include <stdint.h>
 
-#include "ops_generated.h"
+#include "generated/ops_generated.h"
 
 /* Beside the adjoint flags (1: a, 2: b, 4: c), a tiled block's reverse
  * (csrc/instr/block.h) may pass these in fl: that operand's adjoint is a
  * tile-local slot this is the first term of, so the kernel writes
  * 0.0 + term instead of adding term to a slot zeroed first (the same bits,
  * without the zeroing pass).  Only rt_kr_* of the instructions a block may
- * hold read them; vm.c's n == 1 paths do not (a block never passes them
+ * hold read them; the sweeps' n == 1 paths do not (a block never passes them
  * for a one-element tile). */
 #define RT_KSET_A (1u << 3)
 #define RT_KSET_B (1u << 4)

@@ -1,5 +1,5 @@
 /* The worker pool of pool.h. */
-#include "pool.h"
+#include "runtime/pool.h"
 
 #if defined(_WIN32)
 

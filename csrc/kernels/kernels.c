@@ -1,6 +1,6 @@
 /* The VM's array kernels: the n > 1 elementwise loops of the forward and
  * reverse sweeps, generated from the X-macro tables of ops_generated.h (the
- * scalar n == 1 paths stay inline in vm.c's dispatch).
+ * scalar n == 1 paths stay inline in the VM's dispatch, vm/sweeps.c).
  *
  * Why a translation unit of their own: these loops want the vectoriser
  * (-O3's cost model vectorises a loop of unknown length, -O2's does not),
@@ -9,7 +9,7 @@
  * for arrays only, one call per instruction.
  *
  * Why `restrict` is sound: the verifier refuses an instruction whose output
- * region overlaps an operand region (vm.c, rt_verify_instr), so the written
+ * region overlaps an operand region (vm/verify.c, rt_verify_instr), so the written
  * arrays (v + o forward, d + a / d + b reverse) never alias what a loop reads
  * (v + a, v + b, v + o, d + o).  Two operand adjoints may alias each other
  * (x * x, x[1:] - x[:-1]): then they are updated in two passes, ordered so
@@ -37,8 +37,8 @@
 #include <stdint.h>
 
 #define RT_VECMATH_INLINE 1   /* vecmath.h: rt_log1p inlined into the loops */
-#include "kernels.h"
-#include "specfun.h"
+#include "kernels/kernels.h"
+#include "kernels/specfun.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390
@@ -81,7 +81,7 @@
  * so every element is computed exactly as in the one loop.  Sums into one
  * slot are not split this way: see rt_krs_chunks below. */
 #ifdef RT_WITH_POOL
-#include "par.h"
+#include "runtime/par.h"
 #define RT_KPAR(n) RT_PAR_WANTS(n)
 #else
 #define RT_KPAR(n) 0
@@ -651,7 +651,7 @@ void rt_kr_CLIP(uint32_t fl, int64_t n, double *d, const double *v, int64_t o, i
 }
 
 /* ------------------------------------------------------------------ tangent
- * Forward mode over arrays (vm.c's tangent sweep): out's tangent from the
+ * Forward mode over arrays (vm/sweeps.c's tangent sweep): out's tangent from the
  * operands' tangents, a zero tangent contributing nothing even through an
  * inf/nan partial.  The same roundings as the scalar path:
  * unary ta * partial (or 0), binary (0 + ta * dx) + tb * dy with absent
@@ -708,7 +708,7 @@ RT_BINARY(KT_BINARY_)
  * The array forms of AXPY (out = a + b*c, b one element) and SQDIFF
  * (out = (a - b)^2) that the compiler forms from MUL+ADD and SUB+SQUARE
  * over whole arrays.  Same arithmetic per element as the two instructions
- * they replace (vm.c's n == 1 code documents it), so the same bits:
+ * they replace (vm/sweeps.c's n == 1 code documents it), so the same bits:
  * products and differences rounded first, the zero-adjoint rule as RT_AZ. */
 
 RT_KCLONES static void rt_kxp_axpy(int64_t n, double *restrict out, const double *restrict xa,
@@ -868,7 +868,7 @@ void rt_kr_SQDIFF(uint32_t fl, int64_t n, double *d, const double *v,
         rt_kxp_sqdiff_ab(n, d + a, d + b, go, xa, yb, sa, sb);
     } else if (a >= b) {
         /* overlapping (x[1:] - x[:-1]): ordered as rt_kr_*_VV orders them,
-         * which is also the one-loop order of vm.c's n == 1 code */
+         * which is also the one-loop order of vm/sweeps.c's n == 1 code */
         rt_kxp_sqdiff_a(n, d + a, go, xa, yb, sa);
         rt_kxp_sqdiff_b(n, d + b, go, xa, yb, sb);
     } else {
@@ -1013,8 +1013,8 @@ void rt_k_matvec(double *out, const double *A, const double *x, int64_t M, int64
 }
 
 /* The reverse dB += A^T G: dB[k] receives A[i, k] * G[i] for i = 0, 1, ...
- * in order, added straight in (a -0.0 contribution stays -0.0).  vm.c
- * (-O2, no vector ISA) ran that loop one element at a time through memory
+ * in order, added straight in (a -0.0 contribution stays -0.0).  The VM's
+ * own file (-O2, no vector ISA) ran that loop one element at a time through memory
  * (each dB[k] stored and reloaded per row); here, for K <= 32, the K
  * running sums stay in a local array the compiler keeps in registers for
  * the whole pass over A (vectorised across k), and wider K keeps the

@@ -1,5 +1,5 @@
 /* A persistent pool of worker threads for batched replay (pool.c).
- * Internal to the extension: vm.c's rt_batch_soa_par (vm.h) uses it.
+ * Internal to the extension: rt_batch_soa_par (vm.h, vm/batch.c) uses it.
  *
  * Why not Python's thread pool: a batch of ~1000 points takes ~90 us, and
  * waking a sleeping Python worker (futex, GIL, an idle core coming out of a

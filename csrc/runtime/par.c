@@ -3,8 +3,8 @@
 #define _GNU_SOURCE 1        /* sched_getaffinity, CPU_COUNT */
 #endif
 
-#include "par.h"
-#include "pool.h"
+#include "runtime/par.h"
+#include "runtime/pool.h"
 #include "vm.h"
 
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  * the replay) while numpy's own loops use SIMD versions.  This one is
  * branch-free straight-line code -- bit casts, integer adds and shifts,
  * + - * /, and selects for the special cases -- so the array kernels'
- * AVX-512/AVX2/SSE2 clones (csrc/kernels.c) vectorise it, and vm.c's
+ * AVX-512/AVX2/SSE2 clones (csrc/kernels/kernels.c) vectorise it, and the VM's
  * one-element path, the tiled blocks and the native tier's generated C
  * (all compile this same inline function with no fused multiply-add: the
  * VM's and kernels.c's targets have none or -ffp-contract=off, native.py
@@ -64,7 +64,7 @@
 /* Array loops (kernels.c defines RT_VECMATH_INLINE before including this)
  * need the function inlined, across the O3 pragma's different optimisation
  * options, which gcc does only when told to (always_inline); a call would
- * stop the vectoriser.  Everywhere else (vm.c's one-element dispatch, the
+ * stop the vectoriser.  Everywhere else (the VM's one-element dispatch, the
  * native tier's scalar code, batch lanes) it stays an out-of-line call, as
  * libm's was, so the dispatch loop's code does not grow.  Same source, no
  * contraction: the same bits either way. */

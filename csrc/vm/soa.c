@@ -23,7 +23,7 @@
  *     term is `g != 0 ? g * partial : -0.0`, and adding -0.0 changes no bit.
  *   - No zeroing of the adjoint arena: the first contribution to a slot is
  *     assigned as `0.0 + term`, the bits that adding it to a zeroed slot
- *     gives (see batch.h for the side tables that say which one is first).
+ *     gives (see soa.h for the side tables that say which one is first).
  *
  * The sweeps are compiled for AVX-512, AVX2 and baseline x86-64
  * (target_clones, chosen at load time); no FMA contraction (the pragma), so
@@ -38,9 +38,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "batch.h"
-#include "ops_generated.h"
-#include "specfun.h"
+#include "vm/soa.h"
+#include "generated/ops_generated.h"
+#include "kernels/specfun.h"
 
 #ifndef M_2_SQRTPI
 #define M_2_SQRTPI 1.12837916709551257390
@@ -263,7 +263,7 @@ RT_SK void sr_where(int fst, double *restrict dd, const double *restrict go,
 }
 
 /* (a - b)^2 as SQUARE's reverse then SUB's: gt = g * (2t), passed on when
- * g and gt are non-zero (kernel SQDIFF in vm.c) */
+ * g and gt are non-zero (SQDIFF in instr/fused.h) */
 RT_SK void sr_sqdiff(uint32_t fl, uint32_t fst, double *restrict da,
                              double *restrict db, const double *restrict go,
                              const double *restrict xa, const double *restrict yb)

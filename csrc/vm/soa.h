@@ -1,5 +1,5 @@
-/* Batched replay of scalar programs as array code over lanes (batch.c).
- * Internal to the extension: vm.c's rt_batch_soa (vm.h) is the entry point.
+/* Batched replay of scalar programs as array code over lanes (soa.c).
+ * Internal to the extension: rt_batch_soa (vm.h, vm/batch.c) is the entry point.
  *
  * A SoA program is a verified WIDE program (src/revtape/lower/wide.py): the
  * scalar program with slot s widened to the lanes vals[s*L .. s*L+L), L =

@@ -14,7 +14,7 @@
 #endif
 
 #include <math.h>
-#include "specfun.h"
+#include "kernels/specfun.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846

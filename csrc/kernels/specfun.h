@@ -30,7 +30,7 @@
 #ifndef REVTAPE_SPECFUN_H
 #define REVTAPE_SPECFUN_H
 
-#include "vecmath.h"   /* rt_log1p: inline, vectorisable (the LOG1P row names it) */
+#include "kernels/vecmath.h"   /* rt_log1p: inline, vectorisable (the LOG1P row names it) */
 
 double rt_gammaln(double x);
 double rt_digamma(double x);

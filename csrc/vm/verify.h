@@ -1,5 +1,5 @@
-/* The verifier's vocabulary (vm.c's rt_verify_instr and the instructions' own
- * rt_verify_NAME functions in csrc/instr/): every check writes its message
+/* The verifier's vocabulary (verify.c's rt_verify_instr and the instructions'
+ * own rt_verify_NAME functions in csrc/instr/): every check writes its message
  * through rt_vfail and returns 0; 1 means accepted.  Internal to the
  * extension. */
 #ifndef REVTAPE_VERIFY_H
@@ -101,5 +101,9 @@ static inline int rt_voverlap(rt_vctx *vc, const char *what, int64_t o, int64_t 
                         (long long)(o + lo), what, (long long)x, (long long)(x + lx));
     return 1;
 }
+
+/* One instruction's words, checked as the verifier checks every instruction
+ * (verify.c): a block's verify runs its closing sum's word through it. */
+int rt_verify_instr(rt_vctx *vc, const int32_t *w);
 
 #endif

@@ -1,9 +1,10 @@
 /* The dense linear-algebra family (CHOLESKY ... CUMPROD): kernels in
- * linalg.c, which vm.c's sweeps call through rt_linalg_forward/reverse/
- * tangent by opcode (RT_LINALG).  Here: their shared verify.  The ints
- * record at c is (N, M, flags, scratch); rt_linalg_lengths derives the
- * operand lengths and the instruction's own scratch region in the arena. */
-#include "../linalg.h"
+ * instr/linalg/ (one file per instruction), which the sweeps (vm/sweeps.c)
+ * call through rt_linalg_forward/reverse/tangent by opcode (RT_LINALG).
+ * Here: their shared verify.  The ints record at c is (N, M, flags,
+ * scratch); rt_linalg_lengths derives the operand lengths and the
+ * instruction's own scratch region in the arena. */
+#include "instr/linalg/linalg.h"
 
 RT_VERIFY_FN(LINALG)
 {

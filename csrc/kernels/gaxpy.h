@@ -7,7 +7,7 @@
  *
  * Words: n, o, a (the gathered array), b (the scale), c: an int-table
  * record  ints[c] = z's offset, ints[c+1] = the length of a,
- * ints[c+2 .. c+2+n) = the indices into a  (vm.c's verifier checks all
+ * ints[c+2 .. c+2+n) = the indices into a  (the VM's verifier checks all
  * three: csrc/instr/fused.h; flags 1 = a, 2 = b, 4 = z carry adjoints).
  *
  * The same arithmetic per element as GATHER then AXPY (so the same bits):
@@ -15,7 +15,7 @@
  * zero-adjoint rule and its left-to-right sum into b, and the gather's
  * reverse adding each element's adjoint to a[idx[i]] in order i.  The
  * compiler fuses only when no instruction between the gather and the add
- * reads a, and a's slots are apart from b's and z's (csrc/../compiler.py,
+ * reads a, and a's slots are apart from b's and z's (src/revtape/lower/compiler.py,
  * _array_fusion), so moving the scatter into AXPY's loop changes the order
  * of no slot's additions.  Included by csrc/instr/instr.h. */
 #ifndef REVTAPE_GAXPY_H

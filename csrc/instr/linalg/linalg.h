@@ -1,8 +1,8 @@
 /* Dense linear-algebra kernels of the VM: CHOLESKY, TRISOLVE, SOLVE, INV,
  * SLOGDET -- forward, reverse and tangent, hand-written in plain C99 (no
  * LAPACK: numpy stays the only run-time dependency).  Internal to the
- * extension; vm.c dispatches here and the verifier asks rt_linalg_lengths
- * for the operand lengths.
+ * extension; the sweeps (vm/sweeps.c) dispatch here (linalg.c) and the
+ * verifier asks rt_linalg_lengths for the operand lengths.
  *
  * Every instruction's ints record at c is (N, M, flags, scratch):
  *   CHOLESKY  out[N*N] = cholesky(a[N*N]) (lower; reads a's lower triangle;
