@@ -91,7 +91,7 @@ def test_scalar_forwards_agree_with_numpy():
                 assert not np.isfinite(op.fwd(*args)), (op.name, args)
                 continue
             np.testing.assert_allclose(v, op.fwd(*args), rtol=1e-15, err_msg=op.name)
-    assert n == 30
+    assert n >= 31      # every row with a Python-float forward is checked (31 when this was written)
 
 
 def test_rt_special_is_the_rows_with_a_scipy_name():

@@ -73,6 +73,7 @@ UNARY = {
     "log1p": (np.log1p, lambda x: 1 / (1 + x), lambda r, s: uniform(r, s, -0.5, 2)),
     "expm1": (np.expm1, np.exp, lambda r, s: uniform(r, s, -2, 2)),
     "sqrt": (np.sqrt, lambda x: 0.5 / np.sqrt(x), lambda r, s: uniform(r, s, 0.3, 3)),
+    "cbrt": (np.cbrt, lambda x: 1.0 / (3.0 * np.cbrt(x) ** 2), lambda r, s: uniform(r, s, 0.3, 3)),
     "square": (np.square, lambda x: 2 * x, lambda r, s: uniform(r, s, -2, 2)),
     "reciprocal": (np.reciprocal, lambda x: -1 / x ** 2, away_from_zero),
     "sin": (np.sin, np.cos, lambda r, s: uniform(r, s, -3, 3)),

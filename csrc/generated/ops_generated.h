@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "eb9e39e80d97cadf"
+#define RT_OP_TABLE_HASH "ff314cc671881f62"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -13,6 +13,7 @@
     X(LOG1P) \
     X(EXPM1) \
     X(SQRT) \
+    X(CBRT) \
     X(SQUARE) \
     X(RECIPROCAL) \
     X(SIN) \
@@ -166,6 +167,7 @@
     X(LOG1P, (rt_log1p(x)), (1.0 / (1.0 + x))) \
     X(EXPM1, (expm1(x)), (f + 1.0)) \
     X(SQRT, (sqrt(x)), (0.5 / f)) \
+    X(CBRT, (cbrt(x)), ((1.0 / 3.0) / (f * f))) \
     X(SQUARE, (x * x), (2.0 * x)) \
     X(RECIPROCAL, (1.0 / x), (-(f * f))) \
     X(SIN, (sin(x)), (cos(x))) \
@@ -321,6 +323,7 @@ enum {
     X(LOG1P, COUNT, N, N, NONE, NONE, 1, 0, "") \
     X(EXPM1, COUNT, N, N, NONE, NONE, 1, 0, "") \
     X(SQRT, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(CBRT, COUNT, N, N, NONE, NONE, 1, 0, "") \
     X(SQUARE, COUNT, N, N, NONE, NONE, 1, 0, "") \
     X(RECIPROCAL, COUNT, N, N, NONE, NONE, 1, 0, "") \
     X(SIN, COUNT, N, N, NONE, NONE, 1, 0, "") \
@@ -504,6 +507,7 @@ enum {
     X(LOG1P) \
     X(EXPM1) \
     X(SQRT) \
+    X(CBRT) \
     X(SQUARE) \
     X(RECIPROCAL) \
     X(SIN) \

@@ -280,6 +280,8 @@ _unary("log1p", np.log1p, "rt_log1p(x)", lambda f, x: P.reciprocal(P.add(x, 1.0)
 _unary("expm1", np.expm1, "expm1(x)", lambda f, x: P.add(f, 1.0), "f + 1.0", sfwd=math.expm1)
 _unary("sqrt", np.sqrt, "sqrt(x)", lambda f, x: P.div(0.5, f), "0.5 / f",
        sfwd=math.sqrt, power=0.5)
+_unary("cbrt", np.cbrt, "cbrt(x)", lambda f, x: P.div(1.0 / 3.0, P.square(f)),
+       "(1.0 / 3.0) / (f * f)", sfwd=math.cbrt)
 _unary("square", np.square, "x * x", lambda f, x: P.mul(2.0, x), "2.0 * x", sfwd=_sq, power=2.0)
 _unary("reciprocal", lambda x: np.divide(1.0, x), "1.0 / x", lambda f, x: P.neg(P.square(f)),
        "-(f * f)", sfwd=_recip, power=-1.0, ufuncs=(np.reciprocal,))
