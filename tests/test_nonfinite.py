@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import revtape as rt
+from conftest import FNS
 
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5, -2.5]
 
@@ -305,16 +306,11 @@ def test_selections_route_an_infinite_adjoint_without_multiplying_it_by_zero():
     assert same(g, [2.5, 0.0, np.inf])
 
 
-def _composite_functions():
-    from test_compiled import FNS          # the compiled-vs-reference workloads
-    return FNS
-
-
-@pytest.mark.parametrize("name", sorted(_composite_functions()))
+@pytest.mark.parametrize("name", sorted(FNS))
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_composite_programs_agree_at_points_holding_nan_and_inf(name, data):
-    f, n = _composite_functions()[name]
+    f, n = FNS[name]
     x0 = np.linspace(-0.6, 0.7, n)
     tape = rt.GradientTape(f, x0)
     ctape = rt.compile(tape)
