@@ -318,6 +318,7 @@ def test_verifier_refuses_writes_into_inputs_and_unknown_opcodes():
             CompiledTape(ct.tape, _program=compiler.Program.from_state(state))
 
 
+@pytest.mark.slow     # a fuzzing campaign: 300 programs
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_fuzz_mutated_programs_are_refused_or_run_safely(data):
@@ -336,6 +337,7 @@ def test_fuzz_mutated_programs_are_refused_or_run_safely(data):
     assert _run_state(state) in ("refused", "ran")
 
 
+@pytest.mark.slow     # a fuzzing campaign: 200 programs
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.integers(-2**31, 2**31 - 1), min_size=6, max_size=60).filter(lambda w: len(w) % 6 == 0),
        st.integers(0, 8), st.integers(0, 30))
@@ -534,6 +536,7 @@ def _rss_kib():
         return int(fh.read().split()[1]) * resource.getpagesize() // 1024
 
 
+@pytest.mark.slow     # a soak: 10000 tapes
 def test_compiling_and_dropping_10000_tapes_does_not_grow_memory():
     tape = rt.GradientTape(workloads.eight_schools().f, workloads.eight_schools().x0)
     for _ in range(500):
@@ -629,6 +632,7 @@ def _hammer(n_threads, work):
         raise errors[0]
 
 
+@pytest.mark.slow     # a stress test: threads hammering one tape
 def test_threads_sharing_one_compiled_hessian_tape_never_get_each_others_numbers():
     f = lambda x: np.sum(np.exp(0.3 * x) * x[0]) + np.sum(x ** 4) + x[1] * x[2]
     n = 5
@@ -666,6 +670,7 @@ def test_threads_sharing_one_compiled_hessian_tape_never_get_each_others_numbers
     np.testing.assert_allclose(H @ vs[0], serial[0][1], rtol=1e-12)
 
 
+@pytest.mark.slow     # a stress test: threads hammering one tape
 def test_threads_sharing_one_compiled_gradient_tape_never_get_each_others_numbers():
     wl = workloads.rosenbrock_loop(n=8)
     ct = rt.compile(rt.GradientTape(wl.f, wl.x0))
@@ -1023,6 +1028,7 @@ def _mutations():
     )
 
 
+@pytest.mark.slow     # a fuzzing campaign: 250 pickles
 @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(_mutations(), min_size=1, max_size=4), st.sampled_from(["grad", "hess", "tuple"]))
 def test_fuzz_mutated_pickled_metadata_is_refused_or_replays_safely(mutations, kind):
@@ -1108,6 +1114,7 @@ def test_dropped_tapes_and_compiled_tapes_die_without_the_cyclic_collector():
             gc.enable()
 
 
+@pytest.mark.slow     # a soak: record-compile-drop loops
 def test_record_compile_replay_drop_loops_keep_memory_bounded_with_gc_off():
     x = np.linspace(-1.0, 1.0, 200_000)
     f = lambda x: np.sum(np.exp(0.1 * x) * x ** 2)
@@ -1131,6 +1138,7 @@ def test_record_compile_replay_drop_loops_keep_memory_bounded_with_gc_off():
     assert grown < 64 * 1024, f"RSS grew by {grown} KiB over 100 loops with gc disabled"
 
 
+@pytest.mark.slow     # a stress test: readers racing replays
 def test_rt_value_during_concurrent_replays_never_reads_a_half_written_arena():
     n = 20_000
     tape = rt.GradientTape(lambda x: np.sum(x * x), np.ones(n))

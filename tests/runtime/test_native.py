@@ -241,6 +241,7 @@ def test_deepcopy_and_pickle_of_a_native_tape(rng):
         assert _same(v, v2) and _same(g, g2)
 
 
+@pytest.mark.slow     # a race of two processes, each compiling
 def test_two_processes_compiling_one_program_at_once_share_the_entry(cache, tmp_path):
     # Both find the program missing from the cache and build it; each
     # publishes by an atomic rename, so both load a whole library and agree

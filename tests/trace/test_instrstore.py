@@ -42,7 +42,7 @@ _MEMORY = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
+@pytest.mark.slow     # a soak: a 1e5-step chain in a process of its own
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
 def test_peak_memory_of_recording_and_compiling_a_long_chain():
     """Peak resident memory added by record + compile of a 4e5-instruction
