@@ -107,6 +107,29 @@ def test_revtape_imports_and_records_special_functions_without_scipy():
     assert out.stdout.strip() == "ok"
 
 
+def test_without_scipy_what_only_scipy_computes_is_refused_by_name():
+    # scipy blocked in a fresh interpreter: rt.special's logsumexp computes
+    # without it, and refuses (saying so) the keywords only scipy's computes
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["scipy"] = None
+        import numpy as np
+        import revtape as rt
+        x = np.array([0.5, 1.5])
+        assert np.isclose(rt.special.logsumexp(x), np.log(np.exp(0.5) + np.exp(1.5)))
+        for kw in ({"b": np.ones(2)}, {"return_sign": True}):
+            try:
+                rt.special.logsumexp(x, **kw)
+            except rt.UnsupportedError as e:
+                assert "needs scipy installed" in str(e), str(e)
+            else:
+                raise AssertionError(f"logsumexp({kw}) without scipy")
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "ok"
+
+
 def test_scipy_stats_methods_are_named_by_distribution():
     stats = pytest.importorskip("scipy.stats")
     with pytest.raises(rt.ConversionError, match=r"scipy\.stats\.norm\.logpdf"):
