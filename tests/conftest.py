@@ -1,5 +1,6 @@
-"""Shared set-up of the test suite: the environment, fixtures, and helpers that
-more than one test file uses (importable as ``from conftest import ...``).
+"""Shared set-up of the test suite: the environment, the fixtures, and the
+functions and tables that more than one test file uses (importable as
+``from conftest import ...``).
 
 Layout: tests/<stage>/test_<module>.py holds the tests of
 src/revtape/<stage>/<module>.py (a large module may add
@@ -39,7 +40,7 @@ if "REVTAPE_CACHE_DIR" not in os.environ:
     _cache = tempfile.mkdtemp(prefix="revtape-test-cache-")
     os.environ["REVTAPE_CACHE_DIR"] = _cache
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
-SESSION_CACHE = pathlib.Path(os.environ["REVTAPE_CACHE_DIR"])
+RUN_CACHE = pathlib.Path(os.environ["REVTAPE_CACHE_DIR"])
 ROOT = pathlib.Path(__file__).resolve().parents[1]      # the checkout (or unpacked sdist)
 
 import revtape as rt
@@ -67,14 +68,14 @@ def native_objects():
     takes ~25 s of gcc): every native library links them, and a cache
     directory without them would compile them again."""
     from revtape.runtime import native
-    objs = native._runtime_objects(*native._compiler(), SESSION_CACHE, time.monotonic() + 600)
+    objs = native._runtime_objects(*native._compiler(), RUN_CACHE, time.monotonic() + 600)
     return [pathlib.Path(p) for p in objs]
 
 
 @pytest.fixture
 def native_cache(tmp_path, monkeypatch, native_objects):
     """An empty native cache for one test (its programs are built, not found),
-    holding only the session's runtime objects."""
+    holding only the run's runtime objects."""
     seed_native_cache(tmp_path, native_objects)
     monkeypatch.setenv("REVTAPE_CACHE_DIR", str(tmp_path))
     return tmp_path

@@ -121,7 +121,7 @@ def test_available_reports_installed_peers():
         assert isinstance(ok, bool) and isinstance(reason, str) and reason
 
 
-# The issue-13 workloads at small sizes, against their hand-written analytic
+# The linear-algebra workloads at small sizes, against their hand-written analytic
 # value and gradient (checked against finite differences in test_workloads.py).
 def _small(name):
     from revtape.bench import workloads as W

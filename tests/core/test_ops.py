@@ -159,7 +159,7 @@ PAIRS = [((), ()), ((3,), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3)), ((), (2, 3)),
 
 @needs_scipy
 def test_binary_table_covers_every_differentiable_binary_op():
-    # gammainc/gammaincc are differentiable in x only: tests/test_special_functions.py
+    # gammainc/gammaincc are differentiable in x only: tests/core/test_specfun.py
     assert {n for n, op in ops.OPS.items() if op.family == ops.BINARY} == set(BINARY) | {
         "azmul", "gammainc", "gammaincc"}
 

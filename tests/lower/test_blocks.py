@@ -1,4 +1,4 @@
-"""Fused, tiled elementwise blocks (issue 15; csrc/instr/block.h, src/revtape/lower/blocks.py).
+"""Fused, tiled elementwise blocks (csrc/instr/block.h, src/revtape/lower/blocks.py).
 
 A run of elementwise instructions over the same n elements runs tile by
 tile, forward, reverse and tangent, with the results nobody else reads kept
@@ -102,7 +102,7 @@ def test_tile_local_results_leave_the_arena(closing_sum, monkeypatch):
     _, fused, unfused = _pair(FAMILIES["rosenbrock"], x0, monkeypatch)
     s = fused.stats()
     if closing_sum:
-        # the sum closes the block (tests/test_block_sum.py): the AXPY's
+        # the sum closes the block (the sum blocks below): the AXPY's
         # result is tile-local too, 5 slots of blocks.sum_tile(32) = 128
         assert s["tile_local_results"] == 5
         base = N + 2 + 1 + 5 * 128

@@ -1,5 +1,5 @@
 """The compiler's fusions (src/revtape/lower/compiler.py: fusions, sum_chains
-and the array fusions).  Fused array pairs (issue 13, radon's speed): the
+and the array fusions).  Fused array pairs (radon's speed): the
 compiler forms AXPY (`u + s*v`, s one element) and SQDIFF (`(u - v)**2`) over
 whole arrays, as it does for scalars.  A fused program must give the unfused
 program's bits -- value, gradient, JVP, Hessian -- at every point,

@@ -1,4 +1,4 @@
-"""Linear algebra on tracked values (issue 13): cholesky, solve_triangular,
+"""Linear algebra on tracked values: cholesky, solve_triangular,
 slogdet/det, solve, inv, cho_factor/cho_solve, trace, diag/diagonal,
 tril/triu.  Per op: value against numpy/scipy, gradient against central
 finite differences, reference replay against the compiled C replay (1e-12),

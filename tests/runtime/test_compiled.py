@@ -609,7 +609,7 @@ def test_values_after_a_compiled_replay_are_readable_through_the_tape():
     assert rt.value(c2.tape.output) == pytest.approx(f(x1))
 
 
-# ---------------------------------------------------------------- hardening (issue 10, items 6-11)
+# ---------------------------------------------------------------- hardening
 
 def _hammer(n_threads, work):
     """Run work(k) on n_threads threads at once; re-raise the first error."""

@@ -1,4 +1,4 @@
-"""The VM's scalar path (vm.c, issue 17): one-element instructions run from a
+"""The VM's scalar path (vm.c): one-element instructions run from a
 dispatch index that rt_verify builds (vm.h: scalar_index, scalar_path), one
 handler per instruction and adjoint-flag combination, adjacent plain
 arithmetic paired into one handler (in the forward and, per flag

@@ -46,7 +46,7 @@ _MEMORY = textwrap.dedent("""
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
 def test_peak_memory_of_recording_and_compiling_a_long_chain():
     """Peak resident memory added by record + compile of a 4e5-instruction
-    chain, per tape instruction (the issue's target is 250 at 4e6: measured
+    chain, per tape instruction (the target is 250 at 4e6: measured
     by benchmarks/chain_scale.py and the bench's chain rows; the bound here
     leaves room for allocator slack).  Before the columns and the compact
     compiler passes it was ~560-660 bytes."""

@@ -49,7 +49,7 @@ def logreg_data(n=569, d=30, seed=0):
     return X, y
 
 
-# ---------------------------------------------------------------- argnums (issue 10, item 4)
+# ---------------------------------------------------------------- argnums
 
 def test_argnums_out_of_order_return_jax_order_and_values():
     vg = rt.value_and_grad(ab2, argnums=(1, 0))
@@ -112,7 +112,7 @@ def test_argnums_that_are_not_ints_are_refused(argnums):
         rt.grad(ab2, argnums=argnums)
 
 
-# ---------------------------------------------------------------- static keys (issue 10, item 5)
+# ---------------------------------------------------------------- static keys
 
 def test_a_static_list_rebuilt_every_call_is_keyed_by_value():
     g = rt.grad(lambda x, coefs: np.sum(coefs[0] * x + coefs[1] * x ** 2))
@@ -207,7 +207,7 @@ def test_default_cache_size_bounds_many_static_floats():
             rt.grad(ab2, cache_size=bad)
 
 
-# ---------------------------------------------------------------- threads (issue 11, item 3)
+# ---------------------------------------------------------------- threads
 
 def test_four_threads_calling_one_value_and_grad_agree_bit_for_bit_with_serial_calls():
     X, y = logreg_data()
@@ -341,7 +341,7 @@ def test_gradient_object_travels_to_a_spawned_process():
     assert same_bits(got, expected)
 
 
-# ---------------------------------------------------------------- the variant cap (item 5)
+# ---------------------------------------------------------------- the variant cap
 
 def test_thrashing_stops_caching_for_a_while_then_recovers():
     def f(x):
@@ -374,7 +374,7 @@ def test_stale_tape_message_points_to_rt_grad_option():
         g(-A)
 
 
-# ---------------------------------------------------------------- data arguments (item 6)
+# ---------------------------------------------------------------- data arguments
 
 def test_data_argument_changed_in_place_is_re_read():
     X, y = logreg_data(60, 3)
