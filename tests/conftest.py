@@ -4,11 +4,13 @@ functions and tables that more than one test file uses (importable as
 
 Layout: tests/<stage>/test_<module>.py holds the tests of
 src/revtape/<stage>/<module>.py (a large module may add
-test_<module>_<topic>.py beside it); the C VM's own parts are tested in
-tests/runtime/ under the name of their C source (test_kernels.py is
-csrc/kernels.c); tests/e2e/ holds what crosses the stages (the examples,
-copy semantics); the top level holds the package-wide contracts (SPEC,
-errors, imports, non-finite values).  There are no __init__.py files, so
+test_<module>_<topic>.py beside it: test_compiler_c.py, the compiler's C
+half); the C VM's own parts are tested in tests/runtime/, each file named
+after the part (test_kernels.py: csrc/kernels.c, test_checked.py:
+csrc/pyext/checked.c, test_scalar_path.py: the VM's scalar path);
+tests/e2e/ holds what crosses the stages (the examples, copy semantics);
+the top level holds the package-wide contracts (SPEC, errors, imports,
+non-finite values).  There are no __init__.py files, so
 every test file's name must be unique across the folders, and this is the
 only conftest.py: a second one would replace this module as ``conftest``.
 
