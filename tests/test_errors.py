@@ -404,3 +404,61 @@ def test_branch_changed_says_where_and_what_to_do():
     assert "test_errors.py" in msg and "np.where" in msg
     assert e.value.where[0].endswith("test_errors.py")
     np.testing.assert_array_equal(tape.gradient(np.array([3.0, 2.0])), [6.0, 4.0])
+
+
+# ---------------------------------------------------------------------------- misuse of the API
+@pytest.mark.parametrize("bad", [None, 1, "x", lambda x: x, rt.NULL_TAPE, "ctape", "recording",
+                                 "no output"])
+def test_compile_refuses_what_is_not_a_finished_tape(bad):
+    if bad == "ctape":
+        bad = rt.compile(rt.GradientTape(lambda x: np.sum(x), np.ones(2)))
+    elif bad == "recording":
+        bad = rt.Tape()
+        bad.track(np.ones(2))
+    with pytest.raises(rt.RevtapeError) as info:
+        rt.compile(bad)
+    assert not isinstance(info.value, AttributeError)
+    assert "tape" in str(info.value)
+
+
+def test_a_tape_without_inputs_gets_a_clear_error():
+    tape = rt.Tape()
+    tape.finish(3.0)
+    with pytest.raises(rt.RevtapeError, match="no inputs"):
+        rt.compile(tape)
+
+
+def test_round_and_math_functions_say_what_to_use():
+    t = rt.Tape()
+    x = t.track(2.5)
+    with pytest.raises(rt.ConversionError, match="np.round"):
+        round(x)
+    for fn in (math.floor, math.ceil, math.trunc):
+        with pytest.raises(rt.ConversionError):
+            fn(x)
+    with pytest.raises(rt.ConversionError, match=r"np\.exp"):
+        math.exp(x)
+    with pytest.raises(rt.ConversionError, match=r"np\.log1p"):
+        y = math.log1p(x)  # noqa: F841
+    with pytest.raises(rt.ConversionError, match=r"np\.\*"):
+        float(x)
+
+
+def test_formatting_a_tracked_value_shows_its_value():
+    # a debugging print inside f must not raise (and records nothing)
+    tape = rt.Tape()
+    x = tape.track(2.5)
+    n = len(tape)
+    assert f"{x:.2f}" == "2.50" and f"{x * 2.0:g}" == "5"
+    a = tape.track(np.array([1.0, 2.0]))
+    assert f"{a}" == str(np.array([1.0, 2.0]))
+    assert len(tape) == n + 1           # only the multiplication
+
+
+@pytest.mark.parametrize("bad", [None, 1, "x"])
+def test_whole_function_helpers_refuse_what_is_not_a_function(bad):
+    for helper in (rt.gradient, rt.value_and_gradient, rt.jacobian, rt.hessian):
+        with pytest.raises(rt.RevtapeError, match="function"):
+            helper(bad, np.ones(2))
+    with pytest.raises(rt.RevtapeError, match="function"):
+        rt.GradientTape(bad, np.ones(2))

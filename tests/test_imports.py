@@ -18,6 +18,7 @@ left out.
 """
 
 import ast
+import functools
 import pathlib
 
 import revtape
@@ -64,6 +65,12 @@ def modules():
     return out
 
 
+@functools.cache
+def parsed(path):
+    """The module's syntax tree, parsed once for every test here."""
+    return ast.parse(path.read_text())
+
+
 def _targets(mod, node, names, is_pkg):
     """The revtape modules an import statement in module `mod` names."""
     found = []
@@ -88,7 +95,7 @@ def graph(include_lazy):
     mods = modules()
     edges = {m: set() for m in mods}
     for mod, path in mods.items():
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         is_pkg = path.name == "__init__.py"
 
         def visit(node, in_function):
@@ -226,7 +233,7 @@ def test_no_module_patches_another():
     mods = modules()
     found = []
     for mod, path in mods.items():
-        found += _patches(ast.parse(path.read_text()), mod, mods, path.name == "__init__.py")
+        found += _patches(parsed(path), mod, mods, path.name == "__init__.py")
     assert found == []
 
 

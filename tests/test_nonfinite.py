@@ -5,7 +5,8 @@ trust-krylov calls hessp with nan vectors; a divergent leapfrog step lands on
 inf) and expect nan/-inf back, never an exception.  These tests compare the
 compiled replay, the reference replay, rt.gradient (recording at the point
 itself) and numpy at such points, element by element: the same nan pattern,
-the same infinities, and finite values equal to 1e-12.
+the same infinities, and finite values equal to 1e-12 -- for every
+elementwise row of the op table, read from the table itself.
 """
 
 import itertools
@@ -18,6 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import revtape as rt
+from revtape.core import ops
+from revtape.core.ops import P
+from conftest import FNS
 
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5, -2.5]
 
@@ -33,28 +37,70 @@ def same(a, b, atol=1e-300):
     return np.allclose(a[fin], b[fin], rtol=1e-12, atol=atol)
 
 
-UNARY = {
-    "neg": np.negative, "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1,
-    "sqrt": np.sqrt, "square": np.square, "reciprocal": np.reciprocal, "sin": np.sin,
-    "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh,
-    "arctan": np.arctan, "abs": np.abs, "sign": np.sign, "floor": np.floor, "ceil": np.ceil,
-    "log2": np.log2, "log10": np.log10, "cbrt": np.cbrt, "exp2": np.exp2,
-}
-BINARY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
-    "maximum": np.maximum, "minimum": np.minimum, "fmax": np.fmax, "fmin": np.fmin,
-    "logaddexp": np.logaddexp, "arctan2": np.arctan2, "hypot": np.hypot,
-}
+# Every elementwise row of the op table (src/revtape/core/ops.py), called as a
+# user calls it: its ufunc (numpy's, or scipy's when scipy imports), else its
+# primitive (trigamma, pow, copy, azmul, stop_gradient: no ufunc of their
+# own; azmul's reference is its own forward, a multiply in which a zero
+# stays zero).  A row added to the table is covered here with no edit.
+ROWS = {name: op for name, op in ops.OPS.items()
+        if op.family in (ops.UNARY, ops.UNARY_ND, ops.BINARY, ops.BINARY_ND)}
+
+
+def _as_users_call_it(op):
+    return op.ufuncs[0] if op.ufuncs else getattr(P, op.name)
+
+
+# numpy ufuncs revtape records as several rows: their nan/inf come out as numpy's too.
+COMPOSITE_UNARY = {"log2": np.log2, "log10": np.log10, "cbrt": np.cbrt, "exp2": np.exp2}
+COMPOSITE_BINARY = {"fmax": np.fmax, "fmin": np.fmin, "hypot": np.hypot}
+
+UNARY = {**{name: _as_users_call_it(op) for name, op in ROWS.items()
+            if op.family in (ops.UNARY, ops.UNARY_ND)}, **COMPOSITE_UNARY}
+BINARY = {**{name: _as_users_call_it(op) for name, op in ROWS.items()
+             if op.family in (ops.BINARY, ops.BINARY_ND)}, **COMPOSITE_BINARY}
+# Differentiable in x only (a tracked shape a is refused): a runs over the
+# special values as a constant.
+CONSTANT_FIRST = {"gammainc", "gammaincc"}
+
+# The reductions are hand kernels, not elementwise rows: each is added here by hand.
 REDUCTIONS = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod, "mean": np.mean,
               "var": np.var, "std": np.std, "norm": np.linalg.norm,
               "logsumexp": lambda x: rt.special.logsumexp(x)}
 
 
-def _scipy_rows():
-    sps = pytest.importorskip("scipy.special")
-    return ({"gammaln": sps.gammaln, "digamma": sps.digamma, "expit": sps.expit,
-             "log_expit": sps.log_expit, "erf": sps.erf},
-            {"xlogy": sps.xlogy})
+def _in_domain(*args):
+    return all(np.isnan(v) or 0 < v < np.inf for v in args)
+
+
+# Where numpy's (scipy's) answer cannot be matched, the points left out, and why
+# (each predicate takes the row's arguments):
+LEFT_OUT = {
+    # scipy.special.betaln answers +-inf wherever an argument is not positive
+    # and finite (its log-gamma terms' poles, inf - inf), nan or not; revtape's
+    # C kernel answers nan there, so with scipy installed the reference replay
+    # (scipy's forward) and the compiled one (the C kernel) part.
+    "betaln": lambda a, b: not _in_domain(a, b),
+    # The partials at the edge of the domain: the reference replay evaluates
+    # the row's numpy rule, the compiled replay its C rule, and there they
+    # part -- erfcx's 2 x erfcx(x) - 2/sqrt(pi) is inf * 0 = nan at +inf where
+    # the C rule gives the limit 0, log_ndtr's C rule gives nan at +inf where
+    # numpy's gives 0, and gammainc/gammaincc's x-partial differs at x <= 0,
+    # x = inf and a not positive (nan, 0, +-inf against each other).  The
+    # values agree everywhere.
+    "erfcx": lambda x: x == np.inf,
+    "log_ndtr": lambda x: x == np.inf,
+    "gammainc": lambda a, x: not _in_domain(a, x),
+    "gammaincc": lambda a, x: not _in_domain(a, x),
+}
+# A point of each where the partials part: an expected failure below, until
+# the numpy and C rules agree.
+EDGES = {"erfcx": [[np.inf]], "log_ndtr": [[np.inf]],
+         "gammainc": [[1.0, -1.0], [0.0, 1.0]], "gammaincc": [[1.0, -1.0], [0.0, 1.0]]}
+
+
+def _points(name, points, *constants):
+    drop = LEFT_OUT.get(name)
+    return [p for p in points if not drop(*constants, *p)] if drop else points
 
 
 def check_agree(f, x0, points):
@@ -80,26 +126,44 @@ def check_agree(f, x0, points):
 
 @pytest.mark.parametrize("name", sorted(UNARY))
 def test_unary_ops_at_non_finite_points_agree_with_numpy_in_every_replay(name):
-    check_agree(UNARY[name], np.array([0.7]), [[s] for s in SPECIAL])
+    check_agree(UNARY[name], np.array([0.7]), _points(name, [[s] for s in SPECIAL]))
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
 def test_binary_ops_at_non_finite_points_agree_with_numpy_in_every_replay(name):
     f = BINARY[name]
-    pairs = [list(p) for p in itertools.product(SPECIAL, SPECIAL)]
-    check_agree(lambda x: f(x[0], x[1]), np.array([0.7, 1.3]), pairs)
+    if name in CONSTANT_FIRST:
+        for a in SPECIAL:
+            xs = _points(name, [[s] for s in SPECIAL], a)
+            check_agree(lambda x: f(a, x), np.array([0.7]), xs)
+            check_agree(lambda x: f(a, x[:2]), np.array([0.7, 1.3]),
+                        [[s, t] for (s,), (t,) in itertools.product(xs, xs)])
+        return
+    pairs = _points(name, [list(p) for p in itertools.product(SPECIAL, SPECIAL)])
+    if ROWS.get(name) is not None and ROWS[name].mask:
+        # comparisons of two tracked scalars branch (a guard): arrays make the mask
+        check_agree(lambda x: f(x[:1], x[1:]), np.array([0.7, 1.3]), pairs)
+    else:
+        check_agree(lambda x: f(x[0], x[1]), np.array([0.7, 1.3]), pairs)
     # array-scalar and scalar-array opcodes
     check_agree(lambda x: f(x[:2], x[2]), np.array([0.7, 1.1, 1.3]), [[s, 1.0, t] for s, t in pairs])
     check_agree(lambda x: f(x[2], x[:2]), np.array([0.7, 1.1, 1.3]), [[s, 1.0, t] for s, t in pairs])
 
 
-def test_scipy_special_ops_at_non_finite_points_agree_in_every_replay():
-    unary, binary = _scipy_rows()
-    for f in unary.values():
-        check_agree(f, np.array([0.7]), [[s] for s in SPECIAL])
-    for f in binary.values():
-        check_agree(lambda x: f(x[0], x[1]), np.array([0.7, 1.3]),
-               [list(p) for p in itertools.product(SPECIAL, SPECIAL)])
+def test_every_elementwise_row_is_checked_at_non_finite_points():
+    assert set(ROWS) <= set(UNARY) | set(BINARY)
+    assert set(LEFT_OUT) | CONSTANT_FIRST <= set(ROWS)
+
+
+@pytest.mark.xfail(strict=True, reason="the reference replay's numpy rule and the C rule of "
+                   "these partials part at the edge of the domain (LEFT_OUT)")
+@pytest.mark.parametrize("name", sorted(EDGES))
+def test_partials_at_the_edge_of_the_domain_agree_in_every_replay(name):
+    if name in CONSTANT_FIRST:
+        for a, x in EDGES[name]:
+            check_agree(lambda x, a=a: BINARY[name](a, x), np.array([0.7]), [[x]])
+    else:
+        check_agree(UNARY[name], np.array([0.7]), EDGES[name])
 
 
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
@@ -305,16 +369,11 @@ def test_selections_route_an_infinite_adjoint_without_multiplying_it_by_zero():
     assert same(g, [2.5, 0.0, np.inf])
 
 
-def _composite_functions():
-    from test_compiled import FNS          # the compiled-vs-reference workloads
-    return FNS
-
-
-@pytest.mark.parametrize("name", sorted(_composite_functions()))
+@pytest.mark.parametrize("name", sorted(FNS))
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_composite_programs_agree_at_points_holding_nan_and_inf(name, data):
-    f, n = _composite_functions()[name]
+    f, n = FNS[name]
     x0 = np.linspace(-0.6, 0.7, n)
     tape = rt.GradientTape(f, x0)
     ctape = rt.compile(tape)

@@ -26,7 +26,7 @@ What it does:
 With ``--python``, it also builds revtape's cffi extension itself with the
 sanitizers into build/fuzz_vm/py (a copy of src/revtape) and runs the tests
 that feed crafted pickles, misaligned and strided arrays and concurrent
-threads through the Python API (tests/test_compiled.py -k hardening
+threads through the Python API (tests/runtime/test_compiled.py -k hardening
 selection) under it, with libasan/libubsan preloaded into Python.
 
 A sanitizer report aborts its chunk; the script prints it with the RNG seed
@@ -167,7 +167,7 @@ def python_under_sanitizers(bdir, cc="gcc"):
     env = dict(os.environ, PYTHONPATH=str(pkg), LD_PRELOAD=" ".join(preload),
                ASAN_OPTIONS="detect_leaks=0:halt_on_error=1",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    r = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "test_compiled.py"),
+    r = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "runtime" / "test_compiled.py"),
                         "-q", "-p", "no:cacheprovider", "-k", PY_TESTS],
                        capture_output=True, text=True, env=env, cwd=str(bdir))
     return r.returncode, (r.stdout + r.stderr)[-3000:]
