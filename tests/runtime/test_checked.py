@@ -34,7 +34,8 @@ import numpy as np
 import pytest
 
 import revtape as rt
-from revtape.runtime import arena, bound, native, vm
+from revtape.runtime import arena, bound, native
+from revtape.runtime import vm as V
 from revtape.bench import workloads
 from conftest import bits as _bits
 
@@ -51,7 +52,7 @@ def path(request, monkeypatch):
 
 
 needs_c = pytest.mark.skipif(bound._BoundCall is None, reason="revtape._checked is not built")
-needs_checked = pytest.mark.skipif(vm._checked is None, reason="revtape._checked is not built")
+needs_checked = pytest.mark.skipif(V._checked is None, reason="revtape._checked is not built")
 both_paths = pytest.mark.usefixtures("path")
 
 
@@ -73,7 +74,7 @@ def _with_guard():
 def test_bind_gives_the_c_call_for_every_program_it_can_bind():
     for ct in (_plain(), _with_guard()):
         run = ct.bind(np.ones(3), np.empty(3))
-        assert type(run) is bound._BoundCall and isinstance(run, vm._checked.Bound)
+        assert type(run) is bound._BoundCall and isinstance(run, V._checked.Bound)
         assert run.ctape is ct
         with pytest.raises(TypeError, match="takes no arguments"):
             run(np.ones(3))
@@ -89,7 +90,7 @@ def test_the_c_object_rechecks_what_c_relies_on():
     # compiled.bind() words the users' errors; Bound itself refuses any buffer
     # C could read or write out of bounds, whoever builds it
     ct = _plain()
-    B, p = vm._checked.Bound, vm.ffi.buffer(ct._p)
+    B, p = V._checked.Bound, V.ffi.buffer(ct._p)
 
     def make(x, g, program=p, cell=None, mark_id=0):
         return B(program, ct, x, g, cell, mark_id, None, print, True)
@@ -120,7 +121,7 @@ def test_the_c_object_rechecks_what_c_relies_on():
     t.finish(np.sin(t.track(np.ones(3))))
     vec = rt.CompiledTape(t, native=False)
     with pytest.raises(ValueError, match="not a scalar"):
-        B(vm.ffi.buffer(vec._p), vec, np.ones(3), np.empty(3), None, 0, None, print, True)
+        B(V.ffi.buffer(vec._p), vec, np.ones(3), np.empty(3), None, 0, None, print, True)
 
 
 # ---------------------------------------------------------------- copies
@@ -327,7 +328,7 @@ def test_a_bound_call_makes_its_tape_hot_and_switches_to_native_bit_for_bit(
             if not ct.wait_native(600) and ct.native_state == "failed":
                 pytest.skip("no working C compiler: the VM keeps serving")
     assert states[:4] == ["vm"] * 4 and states[4] == "compiling"
-    assert states[-1] == "native" and ct._p.native != vm.ffi.NULL
+    assert states[-1] == "native" and ct._p.native != V.ffi.NULL
     assert rt.value(tape.output) == pytest.approx(f(xb), rel=1e-15)
 
 
@@ -515,11 +516,11 @@ def test_the_plain_case_is_one_c_call_with_the_bound_calls_bits():
     wl, ct = _eight_schools()
     x = wl.x0 + 0.1
     g, gb, xb = np.empty(10), np.empty(10), x.copy()
-    r = vm._checked_vg(ct._ck, x, g)
+    r = V._checked_vg(ct._ck, x, g)
     assert type(r) is tuple and r[1] is g
     v = ct.bind(xb, gb)()
     assert r[0] == v and np.array_equal(g, gb)
-    v2, g2 = vm._checked_vg(ct._ck, x, None)          # out=None: a new array
+    v2, g2 = V._checked_vg(ct._ck, x, None)          # out=None: a new array
     assert v2 == v and np.array_equal(g2, gb) and g2.flags.c_contiguous
     # the public call returns the C answer itself
     v3, g3 = ct.value_and_gradient(x, out=g)
@@ -563,10 +564,10 @@ def test_every_property_of_new_arrays_is_checked():
         "out a list": (x, [0.0] * 10),
     }
     for what, (xa, ga) in refused.items():
-        assert vm._checked_vg(ck, xa, ga) is None, what
+        assert V._checked_vg(ck, xa, ga) is None, what
     # and each of them, through the public call, is what the Python path makes of it
     v, gref = ct.value_and_gradient(x.copy())
-    assert type(vm._checked_vg(ck, base[:10], base[10:])) is tuple      # adjacent: no overlap
+    assert type(V._checked_vg(ck, base[:10], base[10:])) is tuple      # adjacent: no overlap
     out = np.empty(10, np.float32)
     with pytest.raises(rt.InputError):
         ct.value_and_gradient(x, out=out)
@@ -597,7 +598,7 @@ def test_every_in_place_change_between_calls_is_seen():
     x[...] = wl.x0
 
     def plain():
-        r = vm._checked_vg(ck, x, g)
+        r = V._checked_vg(ck, x, g)
         assert type(r) is tuple
         return r
 
@@ -605,7 +606,7 @@ def test_every_in_place_change_between_calls_is_seen():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         x.dtype = np.int64                            # the same bytes as integers
-    assert vm._checked_vg(ck, x, g) is None
+    assert V._checked_vg(ck, x, g) is None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         x.dtype = np.float64
@@ -613,26 +614,26 @@ def test_every_in_place_change_between_calls_is_seen():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         g.dtype = np.int64
-    assert vm._checked_vg(ck, x, g) is None
+    assert V._checked_vg(ck, x, g) is None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         g.dtype = np.float64
     plain()
     x.shape = (2, 5)
-    assert vm._checked_vg(ck, x, g) is None
+    assert V._checked_vg(ck, x, g) is None
     x.shape = (10,)
     g.shape = (5, 2)
-    assert vm._checked_vg(ck, x, g) is None
+    assert V._checked_vg(ck, x, g) is None
     g.shape = (10,)
     plain()
     with _deprecated_setter():
         x.strides = (16,)                             # now every other value of big
-    assert vm._checked_vg(ck, x, g) is None
+    assert V._checked_vg(ck, x, g) is None
     with _deprecated_setter():
         x.strides = (8,)
     plain()
     g.setflags(write=False)
-    assert vm._checked_vg(ck, x, g) is None
+    assert V._checked_vg(ck, x, g) is None
     g.setflags(write=True)
     v, gx = plain()
     ref = ct.value_and_gradient(wl.x0.copy())
@@ -645,17 +646,17 @@ def test_a_state_checks_what_it_is_built_from():
     args = (ct._arena, ct._tape, np.ndarray, np.dtype(np.float64), np.empty, (10,),
             arena._checked_marks, lambda: None)
     with pytest.raises(ValueError, match="rt_program"):
-        vm._checked.State(bytearray(8), *args)           # not an rt_program's memory
+        V._checked.State(bytearray(8), *args)           # not an rt_program's memory
     with pytest.raises(ValueError, match="shape"):
-        vm._checked.State(vm.ffi.buffer(ct._p), *args[:5], (11,), *args[6:])
+        V._checked.State(V.ffi.buffer(ct._p), *args[:5], (11,), *args[6:])
     with pytest.raises(TypeError):
-        vm._checked.State(vm.ffi.buffer(ct._p), *args[:2], 3, *args[3:])  # ndarray not a type
+        V._checked.State(V.ffi.buffer(ct._p), *args[:2], 3, *args[3:])  # ndarray not a type
     # a State of another tape's program never mixes: the shape is its own
     two = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(3)), native=False)
-    assert vm._checked_vg(two._ck, wl.x0, np.empty(10)) is None
-    assert vm._checked_vg(object(), wl.x0, np.empty(10)) is None
+    assert V._checked_vg(two._ck, wl.x0, np.empty(10)) is None
+    assert V._checked_vg(object(), wl.x0, np.empty(10)) is None
     with pytest.raises(TypeError):
-        vm._checked_vg(ct._ck, wl.x0)
+        V._checked_vg(ct._ck, wl.x0)
 
 
 @needs_checked
@@ -671,7 +672,7 @@ def test_a_state_keeps_its_program_alive_and_no_cycle_keeps_the_tape():
     finally:
         gc.enable()
     gc.collect()
-    v, gg = vm._checked_vg(ck, x, g)                   # the program lives as long as its State
+    v, gg = V._checked_vg(ck, x, g)                   # the program lives as long as its State
     assert v == want[0] and np.array_equal(g, want[1])
 
 
@@ -706,12 +707,12 @@ def test_a_busy_program_raises_concurrent_use_through_the_c_path():
     x, g = wl.x0.copy(), np.empty(10)
     ct._p.busy = 1                                    # as while another thread replays
     try:
-        assert vm._checked_vg(ct._ck, x, g) == vm.RT_BUSY
+        assert V._checked_vg(ct._ck, x, g) == V.RT_BUSY
         with pytest.raises(rt.ConcurrentUseError):
             ct.value_and_gradient(x, out=g)
     finally:
         ct._p.busy = 0
-    assert type(vm._checked_vg(ct._ck, x, g)) is tuple
+    assert type(V._checked_vg(ct._ck, x, g)) is tuple
 
 
 @needs_checked
@@ -722,7 +723,7 @@ def test_a_guard_fails_through_the_c_path_with_its_own_operands():
     g = np.empty(2)
     assert ct.value_and_gradient(np.array([0.5, 1.0]), out=g)[0] == 2.5
     bad = np.array([-0.25, 1.0])
-    assert vm._checked_vg(ct._ck, bad, g) == vm.RT_GUARD_FAILED
+    assert V._checked_vg(ct._ck, bad, g) == V.RT_GUARD_FAILED
     with pytest.raises(rt.BranchChanged) as e:
         ct.value_and_gradient(bad, out=g)
     assert e.value.operands[0] == -0.25

@@ -617,7 +617,6 @@ _UFUNC_SPECIAL = {
     np.log2: lambda x: P.mul(P.log(x), 1.0 / np.log(2.0)),
     np.log10: lambda x: P.mul(P.log(x), 1.0 / np.log(10.0)),
     np.exp2: lambda x: P.pow(2.0, x),
-    np.cbrt: lambda x: P.mul(P.sign(x), P.pow(P.abs(x), 1.0 / 3.0)),
     np.hypot: lambda x, y: hypot(x, y),
     np.fmax: lambda x, y: fmax(x, y), np.fmin: lambda x, y: fmin(x, y),
     np.isnan: lambda x: np.isnan(_value_of(x)),
