@@ -26,6 +26,7 @@ import pathlib
 import pickle
 import shutil
 import tempfile
+import threading
 import time
 import warnings
 
@@ -64,12 +65,41 @@ def rng():
 
 # ---------------------------------------------------------------- the native tier's cache
 
+_prebuild = {}
+
+
+def _build_native_objects():
+    from revtape.runtime import native
+    try:
+        native._runtime_objects(*native._compiler(), RUN_CACHE, time.monotonic() + 600)
+    except Exception:       # noqa: BLE001 -- native_objects builds again and raises it in a test
+        pass
+
+
+def pytest_collection_finish(session):
+    """A run with native tests starts compiling the runtime objects at once, in
+    the background: on two cores gcc overlaps the tests before the first
+    native one instead of holding it up."""
+    if any("native_objects" in getattr(item, "fixturenames", ()) for item in session.items):
+        _prebuild["thread"] = threading.Thread(target=_build_native_objects, daemon=True)
+        _prebuild["thread"].start()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # no compiler left running after the run (unless it was interrupted)
+    if "thread" in _prebuild and exitstatus != pytest.ExitCode.INTERRUPTED:
+        _prebuild["thread"].join()
+
+
 @pytest.fixture(scope="session")
 def native_objects():
     """kernels.c and specfun.c compiled once for the whole run (kernels.c alone
     takes ~25 s of gcc): every native library links them, and a cache
-    directory without them would compile them again."""
+    directory without them would compile them again.  A test that builds
+    native code asks for this fixture (or native_cache)."""
     from revtape.runtime import native
+    if "thread" in _prebuild:
+        _prebuild["thread"].join()
     objs = native._runtime_objects(*native._compiler(), RUN_CACHE, time.monotonic() + 600)
     return [pathlib.Path(p) for p in objs]
 

@@ -319,7 +319,7 @@ def test_vm_range_entry_points_refuse_a_range_that_cuts_a_block():
     assert lib.rt_vm_forward_range(ct._p, b, e + 1) == lib.RT_OK
 
 
-def test_native_tier_runs_blocks_on_the_vm(monkeypatch):
+def test_native_tier_runs_blocks_on_the_vm(monkeypatch, native_objects):
     from revtape.runtime import native
     if native.find_compiler() is None:
         pytest.skip("no C compiler")

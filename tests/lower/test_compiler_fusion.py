@@ -242,7 +242,7 @@ def test_radon_hessian_programs_agree(monkeypatch):
     np.testing.assert_array_equal(_bits(fused.jvp(wl.x0, v)), _bits(unfused.jvp(wl.x0, v)))
 
 
-def test_native_tier_runs_the_array_pairs_bit_for_bit():
+def test_native_tier_runs_the_array_pairs_bit_for_bit(native_objects):
     from revtape.runtime import native
     try:
         native.find_compiler()
