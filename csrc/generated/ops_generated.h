@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "ff314cc671881f62"
+#define RT_OP_TABLE_HASH "be687b48428a7a43"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -218,9 +218,9 @@
     X(MAXIMUM, ((x > y || x != x) ? x : y), ((x > y) + 0.5 * (x == y)), ((y > x) + 0.5 * (x == y))) \
     X(MINIMUM, ((x < y || x != x) ? x : y), ((x < y) + 0.5 * (x == y)), ((y < x) + 0.5 * (x == y))) \
     X(LOGADDEXP, (rt_logaddexp(x, y)), (exp(x - f)), (exp(y - f))) \
-    X(XLOGY, (rt_xlogy(x, y)), (log(y)), (x / y)) \
+    X(XLOGY, (rt_xlogy(x, y)), (log(y)), (x == 0.0 ? 0.0 : x / y)) \
     X(ARCTAN2, (atan2(x, y)), (y / (x * x + y * y)), (-x / (x * x + y * y))) \
-    X(XLOG1PY, (rt_xlog1py(x, y)), (log1p(y)), (x / (1.0 + y))) \
+    X(XLOG1PY, (rt_xlog1py(x, y)), (log1p(y)), (x == 0.0 ? 0.0 : x / (1.0 + y))) \
     X(BETALN, (rt_betaln(x, y)), (rt_digamma(x) - rt_digamma(x + y)), (rt_digamma(y) - rt_digamma(x + y))) \
     X(GAMMAINC, (rt_gammainc(x, y)), (0.0), (rt_gammainc_dx(x, y))) \
     X(GAMMAINCC, (rt_gammaincc(x, y)), (0.0), (-rt_gammainc_dx(x, y))) \

@@ -69,3 +69,21 @@ class IndexInputError(RevtapeError, IndexError):
 
 class PicklingError(RevtapeError, _pickle.PicklingError):
     """An object that cannot travel in a pickle (the message says what to pickle instead)."""
+
+
+class RevtapeWarning(RuntimeWarning):
+    """Base class of every warning revtape issues; it points at the user's line."""
+
+
+class NativeWarning(RevtapeWarning):
+    """native="auto" could not build native code; the VM keeps serving."""
+
+
+class RandomDrawWarning(RevtapeWarning):
+    """f drew random numbers while it was recorded."""
+
+
+class StaleTapeWarning(RevtapeWarning):
+    """rt.grad cannot keep a cached program in step with f: f re-records so often
+    that caching stopped, or f reads state revtape cannot watch (an object with
+    its own __getattr__, a C extension's state)."""

@@ -856,7 +856,9 @@ def test_drawn_indices_of_closure_and_attribute_arrays_are_compiled():
                 A[:] = A * 2                   # in place: the next replay reads it
             i = twin.choice(10, 3)
             np.testing.assert_array_equal(g(X3), A[i] + 2 * X3 * h.data[i])
-    assert g.cache_info().records == 1
+    # the in-place change re-records once: A is guarded by its contents too,
+    # since a use of A other than the drawn gather would be baked into the tape
+    assert g.cache_info().records == 2
     assert rng.bit_generator.state == twin.bit_generator.state
     assert type(h.data) is np.ndarray          # put back
 

@@ -466,16 +466,20 @@ _binary("minimum", np.minimum, "(x < y || x != x) ? x : y",
 _binary("logaddexp", np.logaddexp, "rt_logaddexp(x, y)",
         (lambda f, x, y: P.exp(P.sub(x, f)), lambda f, x, y: P.exp(P.sub(y, f))),
         ("exp(x - f)", "exp(y - f)"))
+# xlogy/xlog1py: d/dy is 0 where x == 0 (there the function is 0 for every y;
+# x / y would be 0/0 = nan at y == 0), selected as pow's d/dy is.
 _binary("xlogy", _scipy("xlogy", _specfun.xlogy), "rt_xlogy(x, y)",
-        (lambda f, x, y: P.log(y), lambda f, x, y: P.div(x, y)), ("log(y)", "x / y"),
+        (lambda f, x, y: P.log(y), lambda f, x, y: P.where(P.eq(x, 0.0), 0.0, P.div(x, y))),
+        ("log(y)", "x == 0.0 ? 0.0 : x / y"),
         special="xlogy")
 _binary("arctan2", np.arctan2, "atan2(x, y)",
         (lambda f, x, y: P.div(y, P.add(P.square(x), P.square(y))),
          lambda f, x, y: P.neg(P.div(x, P.add(P.square(x), P.square(y))))),
         ("y / (x * x + y * y)", "-x / (x * x + y * y)"), sfwd=math.atan2)
 _binary("xlog1py", _scipy_special("xlog1py"), "rt_xlog1py(x, y)",
-        (lambda f, x, y: P.log1p(y), lambda f, x, y: P.div(x, P.add(1.0, y))),
-        ("log1p(y)", "x / (1.0 + y)"), special="xlog1py")
+        (lambda f, x, y: P.log1p(y),
+         lambda f, x, y: P.where(P.eq(x, 0.0), 0.0, P.div(x, P.add(1.0, y)))),
+        ("log1p(y)", "x == 0.0 ? 0.0 : x / (1.0 + y)"), special="xlog1py")
 # betaln: one row (not gammaln(a) + gammaln(b) - gammaln(a + b)), because for
 # a >> b those terms cancel to nothing (scipy itself loses 8 digits at
 # a = 1e4, b = 0.2); rt_betaln subtracts the Stirling forms analytically.

@@ -171,8 +171,14 @@ def var(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Tru
 
 def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True,
         mean=_NOVALUE, correction=_NOVALUE):
-    return P.sqrt(var(x, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
-                      correction=correction))
+    """np.std: sqrt(var), whose derivative at zero spread (one element, or all
+    equal) is 0, as numpy's value is constant there and autograd answers 0;
+    sqrt's infinite slope at 0 times var's zero adjoint would be nan.  A
+    variance of nan or inf (ddof >= n) stays so."""
+    v = var(x, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
+            correction=correction)
+    spread = P.ne(v, 0.0)
+    return P.where(spread, P.sqrt(P.where(spread, v, 1.0)), 0.0)
 
 
 def reshape(x, shape, order="C"):
@@ -641,12 +647,26 @@ def fmin(x, y):
 
 
 def hypot(x, y):
-    """np.hypot without overflow (m * sqrt(1 + (k/m)**2), m = max(|x|, |y|),
-    k = min) and, as C99/numpy, inf when either operand is infinite, nan or not."""
+    """np.hypot without overflow and, as C99/numpy, inf when either operand is
+    infinite, nan or not.
+
+    s * sqrt((x/s)**2 + (y/s)**2) with s = max(|x|, |y|) held constant
+    (stop_gradient): the squares are at most 1, so nothing overflows, the
+    values are those of m * sqrt(1 + (k/m)**2), and the derivatives are
+    sqrt(x*x + y*y)'s at every order.  A max/min form differentiated through
+    would split the adjoint of a tie |x| == |y| evenly: right at first order,
+    wrong at second (its Hessian there was 0).
+
+    At the origin, where hypot has no derivative, the gradient is 0 (the
+    smallest subgradient, as autograd's abs at 0; autograd's hypot gives
+    0/0 = nan there): the squares' sum is replaced by 1 under the sqrt, whose
+    slope at 0 is infinite, and the result by 0."""
     ax, ay = P.abs(x), P.abs(y)
-    m, k = P.maximum(ax, ay), P.minimum(ax, ay)
-    safe = P.where(P.eq(m, 0.0), 1.0, m)
-    r = P.mul(m, P.sqrt(P.add(1.0, P.square(P.div(k, safe)))))
+    m = P.maximum(ax, ay)
+    zero = P.eq(m, 0.0)
+    s = P.stop_gradient(P.where(P.logical_or(zero, P.eq(m, np.inf)), 1.0, m))
+    u = P.add(P.square(P.div(x, s)), P.square(P.div(y, s)))
+    r = P.where(zero, 0.0, P.mul(s, P.sqrt(P.where(zero, 1.0, u))))
     return P.where(P.logical_or(P.eq(ax, np.inf), P.eq(ay, np.inf)), np.inf, r)
 
 

@@ -1368,8 +1368,7 @@ class NativeTimeout(NativeCompileError):
     """The C compiler took longer than $REVTAPE_NATIVE_TIMEOUT seconds."""
 
 
-class NativeWarning(RuntimeWarning):
-    """native="auto" could not build native code; the VM keeps serving."""
+from ..errors import NativeWarning  # noqa: E402  (defined with every revtape warning)
 
 
 _queue = None            # (weakref to a CompiledTape, key) jobs for the builder thread

@@ -42,7 +42,9 @@ class Sweeps:
             for o, p_ in zip(outs, parts):
                 o[...] = p_
             return user_out
-        parts = [np.ascontiguousarray(p_) for p_ in parts]
+        # (np.ascontiguousarray would make a 0-d block, a float input's
+        # derivative of a scalar output, 1-d)
+        parts = [p_ if p_.flags.c_contiguous else p_.copy() for p_ in parts]
         if self._treedef is not None:
             return pytree.unflatten(self._treedef, parts)
         return parts[0] if len(parts) == 1 else tuple(parts)

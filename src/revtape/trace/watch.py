@@ -51,8 +51,7 @@ _MISSING = object()
 _UNREADABLE = object()
 
 
-class RandomDrawWarning(RuntimeWarning):
-    """f drew random numbers while it was recorded."""
+from ..errors import RandomDrawWarning  # noqa: E402  (defined with every revtape warning)
 
 
 @functools.lru_cache(maxsize=4096)

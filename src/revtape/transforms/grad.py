@@ -26,7 +26,9 @@ then caching is tried again.  The cache keeps the cache_size most recently
 used keys.
 """
 
+import array
 import builtins
+import collections
 import copy
 import functools
 import itertools
@@ -45,9 +47,10 @@ from .functional import _holds_tracked
 from ..trace.recording import gc_paused
 from ..runtime.compiled import CompiledTape
 from ..runtime.vm import ffi as _ffi, lib as _lib
-from ..errors import BranchChanged, InputError, PicklingError, RevtapeError, StaleTape
+from ..errors import (BranchChanged, InputError, PicklingError, RevtapeError, StaleTape,
+                      StaleTapeWarning)
 from ..trace.tape import Tape
-from ..trace.watch import RandomDrawWarning, Watcher
+from ..trace.watch import RandomDrawWarning, Watcher, _user_stacklevel
 
 MAX_VARIANTS = 8
 EAGER_RETRY = 32          # eager calls past MAX_VARIANTS before caching is tried again (doubles)
@@ -67,8 +70,6 @@ _empty = np.empty
 _get_ident = threading.get_ident
 
 
-class StaleTapeWarning(RuntimeWarning):
-    """A function re-records so often that revtape stopped caching it."""
 
 
 # ---------------------------------------------------------------- watching the recording run
@@ -84,8 +85,10 @@ class Guards:
     Three flat lists keep the per-call check a few tens of nanoseconds a
     guard: (mapping, key, expected) for namespace entries, (object,
     attribute, expected) for function attributes, (cell, expected) for
-    closure cells; plus (container, snapshot) for small mutable containers
-    the code read (a list it pops a callee from).
+    closure cells; plus (container, snapshot) for the mutable containers the
+    code reached (of any length: one C-level comparison of the items, which
+    tests identity first) and (array, shape, dtype, bytes) for the arrays it
+    reached, which an in-place write changes without rebinding anything.
     """
 
     def __init__(self):
@@ -94,10 +97,12 @@ class Guards:
         self.cells = []
         self.containers = []
         self.values = []         # (mapping, key, expected): identity, or equality for scalars
+        self.arrays = []         # (array, shape, dtype, bytes): contents when recorded
         self.epoch = ops.EPOCH[0]
         self._seen = set()
         self.pre = {}            # container snapshots taken before the run
         self.roots = []          # objects whose attribute reads are guarded (objects())
+        self.unwatched = []      # what f reads that cannot be guarded (StaleTapeWarning)
         self._compiled = None
 
     def check(self):
@@ -116,7 +121,7 @@ class Guards:
         # ORIG: a place may hold, for a moment, a random-draw stand-in another
         # thread's recording put there (_draws.py); it counts as the original.
         # Evaluated only when the identity test fails: no cost on the fast path.
-        env = {"MISSING": _MISSING, "snapshot": _snapshot, "EPOCH": ops.EPOCH,
+        env = {"MISSING": _MISSING, "differs": _differs, "EPOCH": ops.EPOCH,
                "ORIG": _draws._original}
         lines = ["def check():"]
 
@@ -145,9 +150,13 @@ class Guards:
                 ok += f" or ORIG(v) is {bind(v)}"
             lines.append(f"    if not ({ok}): return {f'attribute {k!r} was rebound'!r}")
         for c, snap in self.containers:
-            test = (f"{bind(c)} != {bind(snap)}" if isinstance(snap, (list, dict))
-                    else f"snapshot({bind(c)}) != {bind(snap)}")
-            lines.append(f"    if {test}: return 'a container the function read was modified'")
+            lines.append(f"    if differs({bind(c)}, {bind(snap)}): "
+                         "return 'a container the function read was modified'")
+        for a, shape, dtype, data in self.arrays:
+            a = bind(a)
+            lines.append(f"    if {a}.shape != {shape!r} or {a}.dtype is not {bind(dtype)} or "
+                         f"{a}.tobytes() != {bind(data)}: "
+                         "return 'an array the function read was changed in place'")
         lines.append(f"    if EPOCH[0] != {self.epoch}: return \"revtape's op table changed\"")
         lines.append("    return None")
         exec("\n".join(lines), env)
@@ -155,7 +164,7 @@ class Guards:
 
     def __len__(self):
         return (len(self.items) + len(self.attrs) + len(self.cells) + len(self.containers)
-                + len(self.values) + 1)
+                + len(self.values) + len(self.arrays) + 1)
 
     # ------------------------------------------------ building
     def item(self, d, k):
@@ -178,6 +187,9 @@ class Guards:
         if isinstance(fn, functools.partial):
             for a in ("func", "args", "keywords"):
                 self.attr(fn, a)
+            for v in fn.args:
+                self.state(v)
+            self.state(fn.keywords)             # a dict: p.keywords["a"] = 6 changes it
             self.function(fn.func, depth + 1)
         elif isinstance(fn, types.MethodType):
             self.attr(fn, "__func__")
@@ -185,6 +197,11 @@ class Guards:
         elif isinstance(fn, types.FunctionType):
             for a in ("__code__", "__defaults__", "__kwdefaults__"):
                 self.attr(fn, a)
+            for v in fn.__defaults__ or ():
+                self.state(v)
+            if fn.__kwdefaults__:
+                for v in fn.__kwdefaults__.values():
+                    self.state(v)
             for cell in fn.__closure__ or ():
                 try:
                     v = cell.cell_contents
@@ -192,7 +209,7 @@ class Guards:
                     continue
                 self.cells.append((cell, v))
                 self.roots.append(v)
-                self._container(v, self.pre.get(id(cell)))
+                self.state(v, self.pre.get(id(cell)))
                 if callable(v) and not isinstance(v, type):
                     self.function(v, depth + 1)
         elif callable(fn) and not isinstance(fn, (type, types.BuiltinFunctionType, np.ufunc)):
@@ -221,7 +238,7 @@ class Guards:
                 self.item(globs, name)
                 self.roots.append(globs[name])
                 self._chain(globs[name], names, 2)
-                self._container(globs[name], self.pre.get((id(globs), name)))
+                self.state(globs[name], self.pre.get((id(globs), name)))
             elif hasattr(builtins, name):
                 self.item(globs, name)                 # still not shadowed by a global
                 self.item(builtins.__dict__, name)
@@ -247,13 +264,16 @@ class Guards:
                 continue
             visited.add(id(o))
             if isinstance(o, (list, tuple, dict)):
-                items = o.values() if isinstance(o, dict) else o
-                if len(o) <= 64 and depth < max_depth:
-                    if not isinstance(o, tuple):
-                        self._container(o, None)
-                    stack.extend((v, depth + 1) for v in items)
+                self.state(o)               # every item, whatever the length
+                if depth < max_depth:
+                    stack.extend((v, depth + 1) for v in (o.values() if isinstance(o, dict)
+                                                          else o) if _traversable(v))
                 continue
             cls = type(o)
+            if _custom_getattr(cls) and any(n not in cls.__dict__ for n in names):
+                self.unwatched.append(f"{cls.__qualname__} defines its own attribute lookup "
+                                      "(__getattr__ or __getattribute__): what its attributes "
+                                      "return is not watched")
             try:
                 d = getattr(o, "__dict__", None)
             except Exception:               # a __getattr__ that misbehaves: no guards here
@@ -281,6 +301,7 @@ class Guards:
                         continue
                     self._seen.add((id(d), name))
                     self.values.append((d, name, v))
+                    self.state(v)
                     if isinstance(v, (types.FunctionType, functools.partial, types.MethodType)):
                         self.function(v)                    # self.link = user_fn: its code too
                     if depth < max_depth:
@@ -290,6 +311,10 @@ class Guards:
                         self.item(d, name)                  # not shadowed on the instance
                     if klass.__flags__ & _HEAPTYPE:         # a Python class: rebindable
                         self.item(klass.__dict__, name)     # the class attribute itself
+                        if not callable(raw) and not isinstance(raw, _DESCRIPTORS):
+                            self.state(raw)                 # Cfg.weights[0] = 5 changes it
+                            if depth < max_depth:
+                                stack.append((raw, depth + 1))
 
     def _chain(self, obj, names, depth):
         if depth == 0 or not isinstance(obj, (types.ModuleType, type)):
@@ -300,34 +325,82 @@ class Guards:
                 self.item(ns, name) if isinstance(obj, types.ModuleType) else self.attr(obj, name)
                 self._chain(ns[name], names, depth - 1)
 
-    def _container(self, obj, before):
-        if isinstance(obj, (list, dict)) and len(obj) <= 64 and id(obj) not in self._seen:
+    def state(self, obj, before=None, depth=0):
+        """Guard what an in-place change of obj would change: an array's
+        contents (numpy arrays of any dtype, compared byte for byte), a
+        mutable container's items (lists, dicts, sets, bytearrays, deques,
+        compared item by item), recursively into the containers and tuples it
+        holds -- whatever their length."""
+        t = type(obj)
+        if t in _IMMUTABLE or depth > 64 or id(obj) in self._seen:
+            return
+        if isinstance(obj, np.ndarray):
             self._seen.add(id(obj))
-            self.containers.append((obj, before if before is not None else _snapshot(obj)))
-            for v in (obj.values() if isinstance(obj, dict) else obj):
-                if isinstance(v, (types.FunctionType, functools.partial, types.MethodType)):
-                    self.function(v)
-                self.roots.append(v)
-
-
-_PLAIN = (int, float, complex, str, bytes, bool, type(None), types.FunctionType,
-          types.BuiltinFunctionType, functools.partial, np.ufunc)
+            a = _draws._original(obj)
+            if type(a) is not np.ndarray:
+                a = a.view(np.ndarray)
+            if a.dtype.hasobject:
+                for v in a.flat:
+                    self.state(v, None, depth + 1)
+            self.arrays.append((obj, a.shape, a.dtype, a.tobytes() if before is None
+                                else before))
+            return
+        if t is tuple:
+            self._seen.add(id(obj))
+            for v in obj:
+                self.state(v, None, depth + 1)
+            return
+        if not isinstance(obj, _MUTABLE_CONTAINERS):
+            return
+        self._seen.add(id(obj))
+        self.containers.append((obj, before if before is not None else _snapshot(obj)))
+        for v in (obj.values() if isinstance(obj, dict) else obj):
+            if isinstance(v, (types.FunctionType, functools.partial, types.MethodType)):
+                self.function(v)
+            self.roots.append(v)
+            self.state(v, None, depth + 1)
 
 
 def _snapshot(c):
-    """A comparable copy of a small container's state.  Plain items (numbers,
-    strings, functions) compare by ==, which tests identity first: one C-level
-    list comparison.  Anything else (arrays) compares by identity."""
-    if isinstance(c, dict):
-        if all(type(v) in _PLAIN for v in c.values()):
-            return dict(c)
-        return tuple((k, id(v)) for k, v in c.items())
-    if all(type(v) in _PLAIN for v in c):
-        return list(c)
-    return tuple(id(v) for v in c)
+    """A shallow copy of a container's state, or an array's bytes (what an
+    in-place change changes).  Holding the items keeps their ids from being
+    reused while the guard lives."""
+    if isinstance(c, np.ndarray):
+        return _draws._original(c).view(np.ndarray).tobytes()
+    return type(c)(c)
+
+
+def _differs(c, snap):
+    """Whether a container's items changed since snap (its copy).  The C-level
+    comparison tests each pair by identity first, so unchanged items (arrays
+    among them) cost a pointer comparison; an item replaced by one whose ==
+    is no single bool (another array) counts as a change."""
+    try:
+        return bool(c != snap)
+    except Exception:
+        return True
+
+
+def _custom_getattr(cls):
+    """A Python class with its own attribute lookup: its attributes may be
+    computed from anything, so no guard on its __dict__ covers them."""
+    if not cls.__flags__ & _HEAPTYPE:
+        return False
+    for name in ("__getattr__", "__getattribute__"):
+        owner = _mro_owner(cls, name)
+        if owner is not None and owner.__flags__ & _HEAPTYPE and \
+                not owner.__module__.startswith(("revtape", "numpy")):
+            return True
+    return False
 
 
 _HEAPTYPE = 1 << 9          # Py_TPFLAGS_HEAPTYPE: classes made by a class statement
+_IMMUTABLE = frozenset({int, float, complex, str, bytes, bool, type(None), frozenset, range,
+                        types.FunctionType, types.BuiltinFunctionType, types.ModuleType,
+                        type, np.float64, np.int64, np.bool_})
+_MUTABLE_CONTAINERS = (list, dict, set, bytearray, collections.deque, array.array)
+_DESCRIPTORS = (staticmethod, classmethod, property, types.MemberDescriptorType,
+                types.GetSetDescriptorType)
 _SCALARS = (int, float, complex, str, bytes, bool, np.float64, np.int64)
 _OPAQUE = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
            functools.partial, np.ndarray, np.generic, np.ufunc, int, float, complex, str, bytes,
@@ -368,14 +441,14 @@ def _pre_snapshots(fn):
     out = {}
     for name in code.co_names:
         v = globs.get(name)
-        if isinstance(v, (list, dict)) and len(v) <= 64:
+        if isinstance(v, _MUTABLE_CONTAINERS + (np.ndarray,)):
             out[(id(globs), name)] = _snapshot(v)
     for cell in target.__closure__ or ():
         try:
             v = cell.cell_contents
         except ValueError:
             continue
-        if isinstance(v, (list, dict)) and len(v) <= 64:
+        if isinstance(v, _MUTABLE_CONTAINERS + (np.ndarray,)):
             out[id(cell)] = _snapshot(v)
     return out
 
@@ -594,6 +667,7 @@ class GradFunction:
         self._stats = {"records": 0, "branch_failures": 0, "stale": 0, "evictions": 0}
         self._warned = False
         self._warned_draws = False
+        self._warned_unwatched = False
 
     # ------------------------------------------------ call
     def __call__(self, *args, **kwargs):
@@ -818,6 +892,13 @@ class GradFunction:
                                            n_diff, watcher, why)
         guards = collect_guards(self.fun, watcher, pre, args, kwargs)
         _draws.unswap_guards(guards)
+        if guards.unwatched and not self._warned_unwatched:
+            self._warned_unwatched = True
+            warnings.warn(f"{self.__name__} reads state that revtape cannot watch: "
+                          f"{guards.unwatched[0]}; a change there is not seen by the cached "
+                          f"program. Pass such values as arguments, or call "
+                          f"{self.__name__}.clear_cache() after changing them",
+                          StaleTapeWarning, stacklevel=_user_stacklevel())
         if draws is not None:
             draws.add_guards(guards, _snapshot)
         return self._compile_variant(entry, tape, n_diff, guards, draws, spec, parts,
