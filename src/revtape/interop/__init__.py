@@ -1,6 +1,7 @@
 """Bridges from a revtape log density to samplers' own frameworks.
 
     revtape.interop.to_jax(ld_or_f, x0=None)   # a function on JAX arrays (jit, grad, vmap)
+    revtape.interop.nutpie_model(ld)           # what nutpie.sample takes
 
 Each bridge imports its library only when called and, when it is missing,
 raises MissingPackageError naming what to install (``pip install
@@ -21,4 +22,11 @@ def to_jax(ld_or_f, x0=None):
     return _to_jax(ld_or_f, x0)
 
 
-__all__ = ["MissingPackageError", "to_jax"]
+def nutpie_model(ld):
+    """What ``nutpie.sample`` takes for an rt.LogDensity (see
+    revtape.interop.nutpie_bridge)."""
+    from .nutpie_bridge import nutpie_model as _nutpie_model
+    return _nutpie_model(ld)
+
+
+__all__ = ["MissingPackageError", "to_jax", "nutpie_model"]
