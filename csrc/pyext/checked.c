@@ -51,6 +51,9 @@ typedef int (*vg_fn)(rt_program *p, const double *x, double *value, double *g);
 /* rt_value_and_grad of the loaded revtape._vm; NULL until link() found it
  * (then value_and_grad accepts nothing and the Python path serves). */
 static vg_fn vg_entry = NULL;
+/* rt_forward: a Bound made with forward=True runs the forward sweep alone */
+typedef int (*fw_fn)(rt_program *, const double *, double *);
+static fw_fn fw_entry = NULL;
 
 static PyObject *s_fast_marks, *s_replayed_by, *s_dtype;   /* interned attribute names */
 
@@ -393,6 +396,55 @@ error:
     return NULL;
 }
 
+/* forward(state, x): ctape.forward's plain case (x a float64 array of the
+ * recorded shape, C order, aligned; a scalar output) in one call: the forward
+ * sweep alone (rt_forward).  Answers the value (a float), None for anything
+ * else (the Python path serves), or a failed replay's status (an int). */
+static PyObject *forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    State *s;
+    rt_program *p;
+    Py_buffer vx;
+    double v = 0.0;
+    int st;
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "forward(state, x) takes 2 arguments");
+        return NULL;
+    }
+    if (Py_TYPE(args[0]) != state_type || fw_entry == NULL)
+        Py_RETURN_NONE;
+    s = (State *)args[0];
+    p = (rt_program *)s->prog.buf;
+    if (p == NULL || p->out_len != 1 || (PyObject *)Py_TYPE(args[1]) != s->ndarray
+            || !is_f64(s, args[1]))
+        Py_RETURN_NONE;
+    if (PyObject_GetBuffer(args[1], &vx, PyBUF_STRIDES) < 0) {
+        if (!refused_export())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!plain_doubles(s, &vx, p->n_in)) {
+        PyBuffer_Release(&vx);
+        Py_RETURN_NONE;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    st = fw_entry(p, (const double *)vx.buf, &v);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&vx);
+    if (st != RT_OK && st != RT_OK_HOT)
+        return PyLong_FromLong(st);
+    if (mark(s) < 0)
+        return NULL;
+    if (st == RT_OK_HOT) {
+        PyObject *r = PyObject_CallFunctionObjArgs(s->on_hot, NULL);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    return PyFloat_FromDouble(v);
+}
+
 static PyObject *value_and_grad(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
@@ -563,6 +615,7 @@ typedef struct {
     int64_t *cell;           /* cellb.buf or NULL */
     int64_t mark_id;
     int wait;
+    int forward;             /* the forward sweep alone (rt_forward); g unused */
     Py_buffer prog, xb, gb, cellb;
     PyObject *ctape;         /* what the call serves (its `ctape` attribute) */
     PyObject *on_hot;        /* callable or None */
@@ -627,14 +680,18 @@ static PyObject *bound_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
     PyObject *program, *ctape, *x, *g, *cell, *on_hot, *fail;
     long long mark_id;
-    int wait;
+    int wait, forward = 0;
     Bound *b;
     const char *xs, *gs;
     static char *names[] = {"program", "ctape", "x", "g", "cell", "mark_id", "on_hot", "fail",
-                            "wait", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOLOOp:Bound", names, &program, &ctape, &x,
-                                     &g, &cell, &mark_id, &on_hot, &fail, &wait))
+                            "wait", "forward", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOLOOp|p:Bound", names, &program, &ctape, &x,
+                                     &g, &cell, &mark_id, &on_hot, &fail, &wait, &forward))
         return NULL;
+    if (forward && fw_entry == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Bound: rt_forward is not linked");
+        return NULL;
+    }
     if (!PyCallable_Check(fail) || (on_hot != Py_None && !PyCallable_Check(on_hot))) {
         PyErr_SetString(PyExc_TypeError, "Bound: fail must be callable, on_hot callable or None");
         return NULL;
@@ -684,6 +741,7 @@ static PyObject *bound_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         b->mark_id = (int64_t)mark_id;
     }
     b->wait = wait;
+    b->forward = forward;
     b->ctape = Py_NewRef(ctape);
     b->on_hot = Py_NewRef(on_hot);
     b->fail = Py_NewRef(fail);
@@ -710,12 +768,13 @@ static PyObject *bound_call(PyObject *self, PyObject *args, PyObject *kw)
     }
     /* The exports keep both arrays' memory in place while the GIL is off. */
     Py_BEGIN_ALLOW_THREADS
-    st = vg_entry(p, b->x, &v, b->g);
+    st = b->forward ? fw_entry(p, b->x, &v) : vg_entry(p, b->x, &v, b->g);
     if (st == RT_BUSY && b->wait) {
         /* the replay holding the program is C that finishes (wait is set only
          * for programs that never call Python): wait, as rt_bound_value_and_grad */
         int spins = 0;
-        while ((st = vg_entry(p, b->x, &v, b->g)) == RT_BUSY)
+        while ((st = b->forward ? fw_entry(p, b->x, &v) : vg_entry(p, b->x, &v, b->g))
+               == RT_BUSY)
             if (++spins > 100)
                 sched_yield();
     }
@@ -755,8 +814,9 @@ static PyType_Slot bound_slots[] = {
     {Py_tp_clear, bound_clear},
     {Py_tp_call, bound_call},
     {Py_tp_members, bound_members},
-    {Py_tp_doc, "Bound(program, ctape, x, g, cell, mark_id, on_hot, fail, wait): "
-                "ctape.bind(x_buf, g_buf)'s callable (built by compiled.py)"},
+    {Py_tp_doc, "Bound(program, ctape, x, g, cell, mark_id, on_hot, fail, wait, forward=False): "
+                "ctape.bind(x_buf, g_buf)'s callable (built by compiled.py); forward=True "
+                "runs the forward sweep alone (g unused)"},
     {0, NULL}
 };
 
@@ -788,6 +848,7 @@ static PyObject *link_vm(PyObject *module, PyObject *path)
     if (f == NULL)
         Py_RETURN_FALSE;
     vg_entry = (vg_fn)f;
+    fw_entry = (fw_fn)dlsym(h, "rt_forward");     /* NULL: Bound(forward=True) refuses */
     Py_RETURN_TRUE;
 #endif
 }
@@ -812,6 +873,9 @@ static PyMethodDef methods[] = {
      "install(full, answer) -> the descriptor serving CompiledTape.value_and_gradient"},
     {"layout", layout, METH_NOARGS, "layout() -> (sizeof(rt_program), offsets of n_in, "
      "n_grad, out_len, busy, native)"},
+    {"forward", (PyCFunction)(void (*)(void))forward, METH_FASTCALL,
+     "forward(state, x) -> the value (the forward sweep alone), None (not the plain case: "
+     "nothing ran) or the VM's status of a failed replay"},
     {"value_and_grad", (PyCFunction)(void (*)(void))value_and_grad, METH_FASTCALL,
      "value_and_grad(state, x, out) -> (value, out), None (not the plain case: nothing ran) "
      "or the VM's status of a failed replay"},

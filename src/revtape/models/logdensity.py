@@ -39,8 +39,13 @@ call is recorded afresh); values are always those of ``f`` as written.
 Unlike ``rt.grad``, a LogDensity does not watch ``f`` for redefinitions: it
 is a snapshot of ``f`` (and the data it closes over) when it was built.
 
-Threads: each thread replays its own compiled copy, made on its first call
-in that thread, so one LogDensity serves many chains at once.  Deep copies
+Threads: a call takes a compiled copy from the object's pool of idle copies
+and gives it back on return; a copy is made only when every existing one is
+in use, so there are as many copies as calls ever ran at once, whatever
+made the threads: Python's threads, thread pools, and threads of C, Rust or
+numba code that take the GIL for each call (whose Python thread state, and
+with it any threading.local, is new at every call).  One LogDensity serves
+many chains at once, and short-lived threads leave nothing behind.  Deep copies
 and pickles carry the recorded tapes (pickle carries ``f`` by reference: a
 module-level function, so that another process can record new branches).
 """
@@ -64,14 +69,16 @@ _copyto = np.copyto
 
 
 class _ThreadState:
-    """One thread's buffers and compiled copies, one per recorded branch."""
+    """One call's buffers and compiled copies, one per recorded branch; held
+    by one call at a time (LogDensity._idle)."""
 
-    __slots__ = ("x", "g", "programs")
+    __slots__ = ("x", "g", "programs", "forwards")
 
     def __init__(self, dim):
         self.x = np.zeros(dim)
         self.g = np.zeros(dim)
-        self.programs = []          # [(ctape, run)] by branch number
+        self.programs = []          # [(ctape, run)] by branch number: value and gradient
+        self.forwards = []          # [value()] by branch number: the forward sweep alone
 
 
 class LogDensity:
@@ -103,9 +110,17 @@ class LogDensity:
         self._plain_vector = (not self._tree and not self._transformed
                               and isinstance(leaves[0], np.ndarray) and leaves[0].ndim == 1)
         self._lock = threading.Lock()
-        self._local = threading.local()
+        # Idle per-call states.  A pool rather than per-thread state: a
+        # thread state that C made for one call (PyGILState_Ensure) is gone
+        # at the next, and a table keyed by thread id would grow with every
+        # short-lived thread.  list.pop and list.append are atomic, so taking
+        # and giving back needs no lock.
+        self._idle = []
+        self.copies_made = 0        # compiled copies made for the pool (copy 0 included)
         self._tapes = list(_tapes) if _tapes is not None else [self._record(self.x0)]
-        self._program(self._state(), 0)     # compiled now: a bad program fails here, not mid-run
+        st = self._new_state()
+        self._program(st, 0)        # compiled now: a bad program fails here, not mid-run
+        self._idle.append(st)
 
     def _paths(self, treedef, leaves):
         return (pytree.leaf_paths(treedef) if treedef is not None else
@@ -215,24 +230,38 @@ class LogDensity:
                              f"{arr.shape}); ld.flatten(tree) converts a structured parameter")
         return arr
 
-    # ------------------------------------------------ per-thread programs
-    def _state(self):
-        st = getattr(self._local, "state", None)
-        if st is None:
-            st = self._local.state = _ThreadState(self.dimension)
-        return st
+    # ------------------------------------------------ per-call programs
+    def _new_state(self):
+        return _ThreadState(self.dimension)
+
+    def _take(self):
+        """An idle state, or a new one when all are in use (give it back with
+        self._idle.append)."""
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self._new_state()
 
     def _program(self, st, k):
-        """This thread's compiled copy of recorded branch k (made on first use)."""
+        """st's compiled copy of recorded branch k (made on first use)."""
         while len(st.programs) <= k:
             tape = copy.deepcopy(self._tapes[len(st.programs)])
             ctape = CompiledTape(tape)
             st.programs.append((ctape, ctape.bind(st.x, st.g)))
+            st.forwards.append(ctape._bind_forward(st.x))
+            with self._lock:
+                self.copies_made += 1
         return st.programs[k]
 
     def _replay(self, x, use):
-        """use(ctape, run) on the first recorded branch that holds at x."""
-        st = self._state()
+        """use(ctape, run, st) on the first recorded branch that holds at x."""
+        st = self._take()
+        try:
+            return self._replay_on(st, x, use)
+        finally:
+            self._idle.append(st)
+
+    def _replay_on(self, st, x, use):
         st.x[...] = self._vector(x)
         k = 0
         while True:
@@ -260,21 +289,45 @@ class LogDensity:
     # ------------------------------------------------ the interface
     def logdensity_and_gradient(self, x):
         """(log density, gradient) at the flat vector x, value first."""
-        st = getattr(self._local, "state", None)
-        if (st is not None and st.programs and type(x) is np.ndarray and x.dtype is _F64
-                and x.shape == st.x.shape):
-            # the sampler loop: copy x into the bound buffer, one C call
-            _copyto(st.x, x)
-            try:
-                return st.programs[0][1](), st.g.copy()
-            except BranchChanged:
-                pass                        # another branch: the general path below
-        res = self._replay(x, lambda ctape, run, st: (run(), st.g.copy()))
+        idle = self._idle
+        try:
+            st = idle.pop()
+        except IndexError:
+            st = self._new_state()
+        try:
+            if (st.programs and type(x) is np.ndarray and x.dtype is _F64
+                    and x.shape == st.x.shape):
+                # the sampler loop: copy x into the bound buffer, one C call
+                _copyto(st.x, x)
+                try:
+                    return st.programs[0][1](), st.g.copy()
+                except BranchChanged:
+                    pass                    # another branch: the general path below
+            res = self._replay_on(st, x, lambda ctape, run, st: (run(), st.g.copy()))
+        finally:
+            idle.append(st)
         return res if res is not None else self._fresh(x)
 
     def logdensity(self, x):
-        """The log density at x (a forward sweep only)."""
-        res = self._replay(x, lambda ctape, run, st: ctape.forward(st.x))
+        """The log density at x (a forward sweep only: no reverse sweep, the
+        adjoints untouched)."""
+        idle = self._idle
+        try:
+            st = idle.pop()
+        except IndexError:
+            st = self._new_state()
+        try:
+            if (st.forwards and type(x) is np.ndarray and x.dtype is _F64
+                    and x.shape == st.x.shape):
+                _copyto(st.x, x)
+                try:
+                    return st.forwards[0]()
+                except BranchChanged:
+                    pass
+            res = self._replay_on(st, x, lambda ctape, run, st: next(
+                f for (c, _), f in zip(st.programs, st.forwards) if c is ctape)())
+        finally:
+            idle.append(st)
         return res if res is not None else self._fresh(x)[0]
 
     __call__ = logdensity
@@ -316,23 +369,29 @@ class LogDensity:
         thread (``threads=n`` splits the rows); ensemble and SMC samplers,
         multi-start optimisation."""
         X = self._rows(X)
-        ctape = self._program(self._state(), 0)[0]
+        st = self._take()
         try:
-            return ctape.batch_value_and_gradient(X, threads=threads)
+            return self._program(st, 0)[0].batch_value_and_gradient(X, threads=threads)
         except BranchChanged:
-            # some row takes another branch: row by row, recording what it needs
-            pairs = [self.logdensity_and_gradient(x) for x in X]
-            return (np.array([v for v, _ in pairs]),
-                    np.array([g for _, g in pairs]).reshape(X.shape))
+            pass
+        finally:
+            self._idle.append(st)
+        # some row takes another branch: row by row, recording what it needs
+        pairs = [self.logdensity_and_gradient(x) for x in X]
+        return (np.array([v for v, _ in pairs]),
+                np.array([g for _, g in pairs]).reshape(X.shape))
 
     def batch_logdensity(self, X, threads=None):
         """values[k] at the rows of X (forward sweeps only): emcee's vectorize=True."""
         X = self._rows(X)
-        ctape = self._program(self._state(), 0)[0]
+        st = self._take()
         try:
-            return ctape.batch_forward(X, threads=threads)
+            return self._program(st, 0)[0].batch_forward(X, threads=threads)
         except BranchChanged:
-            return np.array([self.logdensity(x) for x in X])
+            pass
+        finally:
+            self._idle.append(st)
+        return np.array([self.logdensity(x) for x in X])
 
     def negative(self):
         """A view computing -log density (and its derivatives), for minimisers and mici."""

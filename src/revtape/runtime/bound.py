@@ -22,6 +22,40 @@ _BIND_NEEDS = "bind() needs a gradient tape (scalar output)"
 class Binding:
     """CompiledTape.bind (a mixin of compiled.CompiledTape)."""
 
+    def _bind_forward(self, x_buf):
+        """bind's value-only twin: a no-argument callable running the forward
+        sweep alone (rt_forward: no reverse sweep, the adjoint arena untouched)
+        at whatever x_buf holds, returning the scalar output.  x_buf is checked
+        here once, as bind checks it, and must stay as it was bound."""
+        prog = self._program
+        if prog.out_shape != ():
+            raise OutputError("_bind_forward needs a scalar output")
+        if (type(x_buf) is not np.ndarray or x_buf.dtype != _F64 or x_buf.size != prog.n_in
+                or not x_buf.flags.c_contiguous or not x_buf.flags.aligned):
+            raise InputError(f"x_buf must be an aligned C-contiguous float64 array of "
+                             f"{prog.n_in} values")
+        if _BoundCall is not None and _BOUND_FORWARD:
+            return self._bind_c(x_buf, np.empty(max(prog.n_grad, 1))[:prog.n_grad],
+                                forward=True)
+        y = ffi.new("double[1]")
+        xp = ffi.from_buffer("double[]", x_buf)
+        fw = _partial(self._fwf, self._p, xp, y)
+        status, tape, arena = self._status, self._tape, self._arena
+
+        def run(_pin):
+            st = fw()
+            if st:
+                status(st, xp)
+            if tape is not None:
+                if tape._fast_marks is None:
+                    tape._replayed_by = arena
+                else:
+                    tape._fast_marks.mark(arena)
+            return y[0]
+
+        run.ctape = self          # keeps the program and the buffers alive
+        return types.MethodType(run, _BoundPin())
+
     def bind(self, x_buf, g_buf):
         """A no-argument callable for sampler loops: replays at whatever x_buf holds,
         writes the gradient into g_buf and returns the value.  Both buffers are
@@ -123,7 +157,7 @@ class Binding:
             marks.bound(self._arena, call)
         return call
 
-    def _bind_c(self, x_buf, g_buf):
+    def _bind_c(self, x_buf, g_buf, forward=False):
         """bind() as checked.c's Bound (a _BoundCall): the call is C -- no Python
         frame, no cffi conversion -- with the semantics of the two Python-side
         binds below: RT_BUSY waited for where _bind_one_call waits (programs
@@ -142,7 +176,8 @@ class Binding:
             status(st, ffi.from_buffer("double[]", x_buf))
 
         call = _BoundCall(ffi.buffer(self._p), self, x_buf, g_buf, cell, mark_id,
-                          _partial(_bind_hot, self), fail, self._one_call_ok())
+                          _partial(_bind_hot, self), fail, self._one_call_ok(),
+                          **({"forward": True} if forward else {}))
         if tape is not None:
             marks.bound(self._arena, call)
         return call
@@ -182,6 +217,8 @@ if _checked is not None:
             return self
 else:                                                     # pragma: no cover
     _BoundCall = None
+# a build of revtape._checked whose Bound takes forward=True (older ones do not)
+_BOUND_FORWARD = _checked is not None and "forward=" in (_checked.Bound.__doc__ or "")
 
 
 class _BoundPin:

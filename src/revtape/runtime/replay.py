@@ -17,6 +17,9 @@ from ..errors import (BranchChanged, ConcurrentUseError, IndexInputError, Output
                       RevtapeError)
 from ..trace.guards import branch_changed
 
+# a build of revtape._checked with forward(state, x) (older ones lack it)
+_checked_fw = getattr(_checked, "forward", None)
+
 
 class Replay:
     """CompiledTape's value-and-gradient replays (a mixin of compiled.CompiledTape)."""
@@ -101,8 +104,29 @@ class Replay:
         return branch_changed(params, float(report.operands[0]), float(report.operands[1]))
 
     def forward(self, x):
-        """Replay the forward pass at x; returns the output."""
+        """Replay the forward pass at x (no reverse sweep: the adjoints are not
+        touched); returns the output."""
         prog = self._program
+        ck = self._ck
+        if ck is not None and _checked_fw is not None:
+            # checks and replay in one C call (revtape._checked.forward)
+            r = _checked_fw(ck, x)
+            if type(r) is float:
+                return r
+            if r is not None:
+                self._status(r, _from_buffer(_DOUBLES, x))
+        if (type(x) is _ND and x.dtype is _F64 and prog.out_shape == () and self._single
+                and self._treedef is None and x.shape == self._x_shape):
+            # the plain scalar case: no conversion, the value through a C
+            # double of this call's own (cffi reads it as a Python float)
+            f = x.flags
+            if f.c_contiguous and f.aligned:
+                xp, y = _from_buffer(_DOUBLES, x), _new_double()
+                st = self._fwf(self._p, xp, y)
+                if st:
+                    self._status(st, xp)
+                self._mark_replayed()
+                return y[0]
         y = np.empty(prog.out_len)
         xp = self._x_ptr(x)
         self._status(self._fwf(self._p, xp, ffi.from_buffer("double[]", y)), xp)

@@ -60,33 +60,30 @@ def _static_key(a):
 
 
 class _Variant:
-    """One recorded branch: its guards and a compiled program per thread, with
-    the replay function bound to that program (runner())."""
+    """One recorded branch: its guards, and a pool of idle replay functions
+    (take() / give()), each bound to a compiled program of its own.  A call
+    takes one and gives it back, so a copy is made only when every existing
+    one is in use: as many copies as calls ran at once, whatever made the
+    threads (a thread of C code taking the GIL per call has a new Python
+    thread state, and threading.local nothing, at every call)."""
 
     def __init__(self, ctape, check, make_run):
         self.ctape = ctape
         self.check = check
-        self.owner = threading.get_ident()
-        self.local = threading.local()
         self._make_run = make_run
-        self.run = make_run(ctape)
+        self.copies_made = 1
+        self._idle = [make_run(ctape)]       # list.pop/append are atomic: no lock
 
-    def program(self):
-        if threading.get_ident() == self.owner:
-            return self.ctape
-        c = getattr(self.local, "ctape", None)
-        if c is None:
-            c = self.local.ctape = copy.deepcopy(self.ctape)
-        return c
+    def take(self):
+        """run(x, v) on a program no other call is replaying (give it back)."""
+        try:
+            return self._idle.pop()
+        except IndexError:
+            self.copies_made += 1
+            return self._make_run(copy.deepcopy(self.ctape))
 
-    def runner(self):
-        """run(x, v) replaying this thread's program."""
-        if threading.get_ident() == self.owner:
-            return self.run
-        r = getattr(self.local, "run", None)
-        if r is None:
-            r = self.local.run = self._make_run(self.program())
-        return r
+    def give(self, run):
+        self._idle.append(run)
 
 
 def _hvp_runner(ctape):
@@ -172,14 +169,20 @@ class CachedTransform:
                     with self._lock:
                         self._cache[key] = []
                     break
+                run = var.take()
                 try:
-                    res = var.runner()(x, v)
+                    res = run(x, v)
                 except BranchChanged as e:
+                    var.give(run)
                     self._stats["branch_failures"] += 1
                     if self.on_stale == "raise":
                         raise StaleTape(f"the cached tape of {self.__name__} took another "
                                         f"branch: {e}") from e
                     continue
+                except BaseException:
+                    var.give(run)
+                    raise
+                var.give(run)
                 self._stats["replays"] += 1
                 return res
         return self._record(key, x, v, args, kwargs)

@@ -1,0 +1,32 @@
+"""Bridges from a revtape log density to samplers' own frameworks.
+
+    revtape.interop.to_jax(ld_or_f, x0=None)   # a function on JAX arrays (jit, grad, vmap)
+    revtape.interop.nutpie_model(ld)           # what nutpie.sample takes
+
+Each bridge imports its library only when called and, when it is missing,
+raises MissingPackageError naming what to install (``pip install
+"revtape[jax]"``).  The object handed over is an ``rt.LogDensity`` (or a
+scalar function of a flat vector with its recording point ``x0``): values
+come from its forward-only program, gradients from the compiled
+value-and-gradient program, batches (vmap) from its batch replay.
+"""
+
+from ._deps import MissingPackageError
+
+
+def to_jax(ld_or_f, x0=None):
+    """A JAX function of the flat parameter vector giving the log density,
+    which ``jax.jit``, ``jax.grad``/``value_and_grad`` and ``jax.vmap``
+    accept (see revtape.interop.jax_bridge)."""
+    from .jax_bridge import to_jax as _to_jax
+    return _to_jax(ld_or_f, x0)
+
+
+def nutpie_model(ld):
+    """What ``nutpie.sample`` takes for an rt.LogDensity (see
+    revtape.interop.nutpie_bridge)."""
+    from .nutpie_bridge import nutpie_model as _nutpie_model
+    return _nutpie_model(ld)
+
+
+__all__ = ["MissingPackageError", "to_jax", "nutpie_model"]
