@@ -69,3 +69,17 @@ class IndexInputError(RevtapeError, IndexError):
 
 class PicklingError(RevtapeError, _pickle.PicklingError):
     """An object that cannot travel in a pickle (the message says what to pickle instead)."""
+
+
+class NativeCompileError(RevtapeError):
+    """The native tier could not build or load its shared library (no C compiler, it
+    failed, or the cache held a library that does not verify)."""
+
+
+class RevtapeWarning(UserWarning):
+    """Base class of every warning revtape issues."""
+
+
+class NativeWarning(RevtapeWarning, RuntimeWarning):
+    """The native tier could not build native code (or refused its cache directory);
+    the VM, or a private cache directory, keeps serving."""
