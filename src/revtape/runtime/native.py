@@ -12,7 +12,8 @@ csrc/generated/ops_generated.h and turns each X-macro row into a static inline f
 (``nf_EXP``, ``ndx_POW`` ...), so a native EXP evaluates the very expression
 the VM's EXP case evaluates, under the same compiler flags plus
 -ffp-contract=off (no fused multiply-add the VM would not do).  Array
-instructions call the VM's own kernels (csrc/kernels/kernels.c, linked in);
+instructions call the VM's own kernels (csrc/kernels/kernels.c, built once
+into a shared kernels library that every program's library links);
 instructions without a translation here run the VM's own sweep over their
 range (rtn_vm_fwd / rtn_vm_rev / rtn_vm_tan).  Scalar programs get a fused
 value_and_grad with C locals (_translate_scalar); programs that use one get a
@@ -22,10 +23,11 @@ the VM; tests/test_native.py checks it.
 The library reads and writes only the program's arenas, through the
 ``rt_program`` it is given: it holds no pointer of its own, never calls back
 into Python (programs with PYCALL stay on the VM), and is content-addressed
-(its file name is a hash of the words, the side table, the arena layout, the
-C sources, the compiler, the flags and the piece sizes), so every
-CompiledTape with the same program -- a deep copy, an unpickled copy, another
-process -- may share one loaded library.
+(its file name is a hash of its generated C, of this generator, of the C
+sources and of the compiler command), so every CompiledTape with the same
+program -- a deep copy, an unpickled copy, another process -- may share one
+loaded library.  The disk cache verifies every library against the sha256 its
+build recorded before it is loaded (see "building" below).
 """
 import hashlib
 import math
@@ -1257,6 +1259,8 @@ def _dlopen_verified(path, key):
             # library, and the dynamic loader takes a known name for a loaded object
             return _get_ffi().dlopen(str(path))
         except OSError as e:
+            if not os.path.exists(path):
+                return None                    # evicted by another process meanwhile: rebuild
             raise NativeCompileError(
                 f"the native library {path} matches its recorded hash but could not be "
                 f"loaded ({e}); delete it, or compile with native=False to use the VM") from e
