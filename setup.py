@@ -1,8 +1,35 @@
 # The C virtual machine is built by cffi in out-of-line API mode; everything
 # else about the package lives in pyproject.toml.
+import hashlib
 import os
+import pathlib
+import shutil
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+# The native tier compiles generated C that includes csrc/'s headers and links
+# the kernels (csrc/kernels/*.c): an installed revtape carries them in its
+# package, revtape/_csrc/, with the SHA256SUMS the native tier checks before
+# it compiles against them (revtape.runtime.native._find_csrc).
+NATIVE_SOURCES = ("kernels/kernels.c", "kernels/specfun.c")
+
+
+class build_py_with_csrc(build_py):
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return                       # an editable install reads the tree's csrc/
+        here = pathlib.Path(__file__).resolve().parent / "csrc"
+        dest = pathlib.Path(self.build_lib) / "revtape" / "_csrc"
+        shutil.rmtree(dest, ignore_errors=True)
+        names = sorted({*(f.relative_to(here).as_posix() for f in here.rglob("*.h")),
+                        *NATIVE_SOURCES})
+        for name in names:
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(here / name, dest / name)
+        (dest / "SHA256SUMS").write_text("".join(
+            f"{hashlib.sha256((dest / n).read_bytes()).hexdigest()}  {n}\n" for n in names))
 
 # The benchmark's hand-written C references are a second, separate module
 # (revtape.bench._ref), so the runtime extension exports only the VM.
@@ -18,4 +45,4 @@ checked = Extension(
 
 setup(cffi_modules=["src/revtape/_build_vm.py:ffibuilder",
                     "src/revtape/bench/_build_ref.py:ffibuilder"],
-      ext_modules=[checked])
+      ext_modules=[checked], cmdclass={"build_py": build_py_with_csrc})

@@ -11,7 +11,7 @@ from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, Conv
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
 from .errors import ConfigError, IndexInputError, PicklingError
-from .errors import NativeWarning, RevtapeWarning, StaleTapeWarning
+from .errors import NativeCompileError, NativeWarning, RevtapeWarning, StaleTapeWarning
 from .trace.tape import NULL_TAPE, Tape
 from .trace.watch import RandomDrawWarning
 from .trace.tracked import TrackedArray, TrackedReal, istracked, tape_of, value
@@ -66,7 +66,7 @@ __all__ = [
     "stats", "bijectors", "primitive", "defvjp", "defjvp", "stop_gradient",
     "PicklingError", "IndexInputError", "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]
-__all__ += ["array", "ConfigError", "RevtapeWarning", "NativeWarning", "StaleTapeWarning"]
+__all__ += ["array", "ConfigError", "NativeCompileError", "RevtapeWarning", "NativeWarning", "StaleTapeWarning"]
 
 
 def __dir__():

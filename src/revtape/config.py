@@ -175,6 +175,9 @@ _DECLARED = [
     Setting("REVTAPE_CACHE_DIR", Path(), None,
             "Where native libraries are cached.",
             shown="$XDG_CACHE_HOME/revtape (~/Library/Caches/revtape on macOS)"),
+    Setting("REVTAPE_CACHE_MAX_MB", Float(0, C_INT_MAX, above=True), 256.0,
+            "Most megabytes of native libraries the cache directory keeps; after a build the "
+            "least recently used ones beyond it are deleted."),
     Setting("REVTAPE_CC", Words("a compiler command"), None,
             "revtape's own choice of the C compiler for the native tier, over CC.",
             shown="CC"),

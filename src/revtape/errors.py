@@ -71,6 +71,11 @@ class PicklingError(RevtapeError, _pickle.PicklingError):
     """An object that cannot travel in a pickle (the message says what to pickle instead)."""
 
 
+class NativeCompileError(RevtapeError):
+    """The native tier could not build or load its shared library (no C compiler, it
+    failed, or the cache held a library that does not verify)."""
+
+
 class RevtapeWarning(RuntimeWarning):
     """Base class of every warning revtape issues; it points at the user's line."""
 

@@ -12,7 +12,8 @@ csrc/generated/ops_generated.h and turns each X-macro row into a static inline f
 (``nf_EXP``, ``ndx_POW`` ...), so a native EXP evaluates the very expression
 the VM's EXP case evaluates, under the same compiler flags plus
 -ffp-contract=off (no fused multiply-add the VM would not do).  Array
-instructions call the VM's own kernels (csrc/kernels/kernels.c, linked in);
+instructions call the VM's own kernels (csrc/kernels/kernels.c, built once
+into a shared kernels library that every program's library links);
 instructions without a translation here run the VM's own sweep over their
 range (rtn_vm_fwd / rtn_vm_rev / rtn_vm_tan).  Scalar programs get a fused
 value_and_grad with C locals (_translate_scalar); programs that use one get a
@@ -22,18 +23,21 @@ the VM; tests/test_native.py checks it.
 The library reads and writes only the program's arenas, through the
 ``rt_program`` it is given: it holds no pointer of its own, never calls back
 into Python (programs with PYCALL stay on the VM), and is content-addressed
-(its file name is a hash of the words, the side table, the arena layout, the
-C sources, the compiler, the flags and the piece sizes), so every
-CompiledTape with the same program -- a deep copy, an unpickled copy, another
-process -- may share one loaded library.
+(its file name is a hash of its generated C, of this generator, of the C
+sources and of the compiler command), so every CompiledTape with the same
+program -- a deep copy, an unpickled copy, another process -- may share one
+loaded library.  The disk cache verifies every library against the sha256 its
+build recorded before it is loaded (see "building" below).
 """
 import hashlib
 import math
 import os
 import pathlib
+import platform
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -45,22 +49,29 @@ import numpy as np
 
 from .. import config
 from ..core import ops
-from ..errors import RevtapeError, UnsupportedError
+from ..errors import NativeCompileError, NativeWarning, RevtapeError, UnsupportedError
 
-# Bumped whenever the generated C changes shape: part of the cache key.
-NATIVE_VERSION = "7"
 FLAGS = ("-O2", "-std=c99", "-fno-math-errno", "-ffp-contract=off", "-D_DEFAULT_SOURCE",
          "-fPIC", "-shared")
 # Instructions per generated C function: gcc's optimiser is superlinear in
 # function size, so long programs are cut into pieces of bounded length.
 CHUNK = 100
-CSRC = pathlib.Path(__file__).resolve().parents[3] / "csrc"
+
+
+def _find_csrc():
+    """The C the generated code includes and links: the copy an installed revtape
+    carries in its package (revtape/_csrc, written by setup.py's build), else the
+    source tree's csrc/ (an editable install or a checkout on PYTHONPATH)."""
+    pkg = pathlib.Path(__file__).resolve().parents[1]
+    installed = pkg / "_csrc"
+    return installed if (installed / "vm.h").is_file() else pkg.parents[1] / "csrc"
+
+
+CSRC = _find_csrc()
 
 compiles = 0          # libraries built by this process (the tests read it: cache hits build none)
 
 
-class NativeCompileError(RevtapeError):
-    """The native tier could not build its shared library (no C compiler, or it failed)."""
 
 
 def _families():
@@ -1098,25 +1109,305 @@ def _with_tangent(src, rows, tangent=True, ints=None):
 
 
 # ------------------------------------------------------------------ building
-# the runtime objects every library links, compiled once per compiler
+# The runtime every library links (kernels.c, specfun.c) is one shared library
+# per compiler and source version, revtape_kernels_<key>.so, that each program's
+# library names as its dependency: a program's library holds only its own code.
+#
+# The cache trusts nothing it did not write.  Its directory must be the user's
+# and writable by no one else (else a private temporary directory serves, with
+# one warning); every library's sha256 is recorded at build time in a file
+# beside it (revtape_<key>.sha256, which also names the key), and a library is
+# hashed right before its dlopen; a file that is not the user's, or does not
+# match, is never dlopen'ed but rebuilt.  (Only the user can change a file of
+# the directory between the two; revtape itself never rewrites one in place.)  The key of a program's
+# library is a hash of its generated C, of this module's source (the code
+# generator), of the C sources it includes and of the compiler command.
 _OBJECTS = ("kernels/specfun.c", "kernels/kernels.c")
 _SOURCES = ("vm.h", "generated/ops_generated.h", "kernels/specfun.h", "kernels/kernels.h", *_OBJECTS)
 _ffi = None
-_loaded = {}                      # cache key -> (lib, path, table address): immutable, shared
+_loaded = {}                      # program key -> (lib, path, table address): immutable, shared
 _lock = threading.Lock()          # guards _loaded, _key_locks and the per-process caches
-_key_locks = {}                   # cache key -> the lock its build holds
+_key_locks = {}                   # program key -> the lock its build holds
 _keep = []                        # every library loaded: never closed (tapes point into them)
 _objects_lock = threading.Lock()
+_kernels = {}                     # path of a verified kernels library -> its handle
 _compilers = {}                   # ($REVTAPE_CC, $CC, $CFLAGS) -> (Compiler, compiler id)
+_EUID = os.geteuid() if hasattr(os, "geteuid") else None   # None: no owners to check (Windows)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_HOST = hashlib.sha256(platform.node().encode()).hexdigest()[:8]
+STALE_SECONDS = 86400             # a temporary older than this is stale whoever made it
 
 
 def cache_dir():
+    """The configured cache directory ($REVTAPE_CACHE_DIR, else the user's cache)."""
     d = config.get("REVTAPE_CACHE_DIR")
     if d is not None:
         return d
     if sys.platform == "darwin":
         return pathlib.Path.home() / "Library" / "Caches" / "revtape"
     return (config.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "revtape"
+
+
+def _ours(st):
+    """A regular file (never a link) that belongs to this user."""
+    return stat.S_ISREG(st.st_mode) and (_EUID is None or st.st_uid == _EUID)
+
+
+def _check_dir(d):
+    """None if d may hold this user's libraries (created 0700 if missing), else why not."""
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(d)
+    except OSError as e:
+        return f"cannot be created ({e.strerror or e})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if _EUID is not None and st.st_uid != _EUID:
+        return f"belongs to another user (uid {st.st_uid})"
+    if os.name == "posix" and st.st_mode & 0o022:
+        return f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    if not os.access(d, os.W_OK | os.X_OK):
+        return "is read-only"
+    return None
+
+
+_private = None
+_refused = set()                  # cache directories refused (warned about) in this process
+
+
+def _private_dir():
+    """This process's own cache directory (0700, removed at exit)."""
+    global _private
+    with _lock:
+        if _private is None:
+            import atexit
+            try:
+                _private = pathlib.Path(tempfile.mkdtemp(prefix="revtape-native-"))
+            except OSError as e:
+                raise NativeCompileError(
+                    f"the native tier found no directory to build in ({e}); set "
+                    f"REVTAPE_CACHE_DIR to a directory only you can write, or compile with "
+                    f"native=False to use the VM") from e
+            pid = os.getpid()          # a forked child leaves its parent's directory alone
+            atexit.register(lambda p=_private: os.getpid() == pid and
+                            shutil.rmtree(p, ignore_errors=True))
+        return _private
+
+
+def _refuse(d, why):
+    with _lock:
+        first = str(d) not in _refused
+        _refused.add(str(d))
+    if first:
+        _warn(f"revtape: the native cache directory {d} {why}, so it is not used; this "
+              f"process builds its native libraries in a private temporary directory "
+              f"instead.  Set REVTAPE_CACHE_DIR to a directory only you can write.")
+
+
+def _usable_dir():
+    d = cache_dir()
+    if str(d) in _refused:
+        return _private_dir()
+    why = _check_dir(d)
+    if why is None:
+        return d
+    _refuse(d, why)
+    return _private_dir()
+
+
+class _Unwritable(Exception):
+    """Writing into the cache directory failed (read-only file system, full disk ...)."""
+
+
+def _read_record(path, key):
+    """The sha256 recorded for the library at path under key, or None."""
+    try:
+        fd = os.open(path.with_suffix(".sha256"), os.O_RDONLY | _NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        words = os.read(fd, 256).decode("ascii", "replace").split() \
+            if _ours(st) and st.st_size <= 256 else []
+    finally:
+        os.close(fd)
+    return words[1] if len(words) == 2 and words[0] == key else None
+
+
+def _dlopen_verified(path, key):
+    """dlopen the library at path if it is this user's file and its bytes hash to
+    what its build recorded under key; None (never a dlopen) if it is not."""
+    want = _read_record(path, key)
+    if want is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not _ours(st) or st.st_size == 0:
+            return None
+        h = hashlib.sha256()
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != want:
+            return None
+        try:
+            # by its path: the name /proc/self/fd/N would be reused by the next
+            # library, and the dynamic loader takes a known name for a loaded object
+            return _get_ffi().dlopen(str(path))
+        except OSError as e:
+            if not os.path.exists(path):
+                return None                    # evicted by another process meanwhile: rebuild
+            raise NativeCompileError(
+                f"the native library {path} matches its recorded hash but could not be "
+                f"loaded ({e}); delete it, or compile with native=False to use the VM") from e
+    finally:
+        os.close(fd)
+
+
+def _publish(built, path, key):
+    """Move a finished library into place with its record, each by an atomic
+    rename: a reader sees the old file, or the new one and its hash."""
+    try:
+        h = hashlib.sha256(built.read_bytes()).hexdigest()
+    except OSError as e:
+        raise NativeCompileError(f"the C compiler reported success but wrote no library "
+                                 f"({e}); compile with native=False to use the VM") from e
+    rec = built.with_suffix(".sha256")
+    try:
+        rec.write_text(f"{key} {h}\n")
+        os.replace(built, path)
+        os.replace(rec, path.with_suffix(".sha256"))
+    except OSError as e:
+        raise _Unwritable(e) from e
+
+
+class _BuildDir:
+    """A temporary directory in the cache, named for its process so that the
+    next build can delete the ones of a process that died mid-way."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def __enter__(self):
+        try:
+            self.path = pathlib.Path(tempfile.mkdtemp(prefix=f"tmp-{os.getpid()}@{_HOST}-",
+                                                      dir=self.d))
+        except OSError as e:
+            raise _Unwritable(e) from e
+        return self.path
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    try:                                          # a zombie is dead too
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _clean_stale(d):
+    """Delete the temporaries of builds that died: those of a process of this
+    host that no longer runs, and any older than STALE_SECONDS."""
+    import time
+    now = time.time()
+    try:
+        entries = list(os.scandir(d))
+    except OSError:
+        return
+    for e in entries:
+        if not e.name.startswith("tmp"):
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        owner = e.name[4:].split("-", 1)[0].split("@")
+        mine = e.name.startswith("tmp-") and len(owner) == 2 and owner[1] == _HOST \
+            and owner[0].isdigit()
+        if (mine and not _alive(int(owner[0]))) or now - st.st_mtime > STALE_SECONDS:
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(e.path)
+                except OSError:
+                    pass
+
+
+class _FileLock:
+    """One build per key across processes: flock on a lock file in the cache
+    (256 stripes by the key's first byte, never deleted).  Where fcntl does
+    not exist (Windows) builds are not serialised across processes; the atomic
+    publish keeps each result whole."""
+
+    def __init__(self, d, name):
+        self.file = d / f".lock-{name}"
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:
+            self.fd = None
+            return self
+        try:
+            self.fd = os.open(self.file, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+        except OSError as e:
+            raise _Unwritable(e) from e
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)              # releases the lock
+
+
+def _touch(path):
+    try:
+        os.utime(path)                     # the LRU bound's "last used"
+    except OSError:
+        pass
+
+
+def _evict(d, keep):
+    """Delete the least recently used libraries beyond $REVTAPE_CACHE_MAX_MB."""
+    limit = config.get("REVTAPE_CACHE_MAX_MB") * 2 ** 20
+    libs = []
+    try:
+        for e in os.scandir(d):
+            if e.name.startswith("revtape_") and e.name.endswith((".so", ".sha256")):
+                st = e.stat(follow_symlinks=False)
+                libs.append((st.st_mtime, st.st_size, e.name))
+    except OSError:
+        return
+    sizes = {}
+    for mtime, size, name in libs:
+        stem = name.rsplit(".", 1)[0]
+        t, s = sizes.get(stem, (mtime, 0))
+        sizes[stem] = (max(t, mtime) if name.endswith(".so") else t, s + size)
+    total = sum(s for _, s in sizes.values())
+    for stem, (_, size) in sorted(sizes.items(), key=lambda kv: kv[1][0]):
+        if total <= limit:
+            break
+        if stem in keep:
+            continue
+        for suffix in (".so", ".sha256"):
+            try:
+                os.unlink(d / (stem + suffix))
+            except OSError:
+                pass
+        total -= size
 
 
 class Compiler(typing.NamedTuple):
@@ -1173,29 +1464,76 @@ def _compiler():
 
 
 _digest = None
+_gen_digest = None
+_GENERATOR = pathlib.Path(__file__)      # the code generator: this module's source
 
 
 def _sources_digest():
     """Hash of the C the generated code is built from: the compiled runtime
-    sources and every header under csrc/ (whatever a header includes is in it)."""
+    sources and every header under CSRC (whatever a header includes is in it).
+    An installed copy (revtape/_csrc) is first checked against the SHA256SUMS
+    its build wrote."""
     global _digest
     if _digest is None:
+        sums = CSRC / "SHA256SUMS"
+        if sums.is_file():
+            for line in sums.read_text().splitlines():
+                want, name = line.split(None, 1)
+                try:
+                    got = hashlib.sha256((CSRC / name).read_bytes()).hexdigest()
+                except OSError:
+                    got = None
+                if got != want:
+                    raise NativeCompileError(
+                        f"revtape's installed C sources were modified ({CSRC / name} does "
+                        f"not match {sums}); reinstall revtape, or compile with native=False")
         h = hashlib.sha256()
-        names = sorted({*_SOURCES, *(str(f.relative_to(CSRC)) for f in CSRC.rglob("*.h"))})
+        names = sorted({*_SOURCES, *(f.relative_to(CSRC).as_posix() for f in CSRC.rglob("*.h"))})
         for name in names:
             h.update(name.encode() + b"\0" + (CSRC / name).read_bytes())
         _digest = h.digest()
     return _digest
 
 
+def _generator_digest():
+    """Hash of the code generator (this module) and the op table it reads: a
+    change to either is a new key without anyone bumping a version by hand."""
+    global _gen_digest
+    if _gen_digest is None:
+        _gen_digest = hashlib.sha256(_GENERATOR.read_bytes() + b"|" +
+                                     str(ops.OP_TABLE_HASH).encode()).digest()
+    return _gen_digest
+
+
 def _key(code, ints, layout, cc_id):
+    """A program's key in this process (_loaded): its words, side table and layout,
+    the generator, the C sources and the compiler; cheap (no translation)."""
     h = hashlib.sha256()
-    h.update(f"{NATIVE_VERSION}|{ops.OP_TABLE_HASH}|{cc_id}|{' '.join(FLAGS)}|"
-             f"{CHUNK}|{SCALAR_CHUNK}|{ROLL_MIN}|{ROLL_PERIOD}|{ROLL_REPEATS}|{layout}|".encode())
+    h.update(f"{cc_id}|{' '.join(FLAGS)}|{CHUNK}|{SCALAR_CHUNK}|{ROLL_MIN}|{ROLL_PERIOD}|"
+             f"{ROLL_REPEATS}|{layout}|".encode())
+    h.update(_generator_digest())
     h.update(_sources_digest())
     h.update(np.ascontiguousarray(code, dtype=np.int32).tobytes())
     h.update(b"|")
     h.update(np.ascontiguousarray(ints, dtype=np.int32).tobytes())
+    return h.hexdigest()[:32]
+
+
+def _disk_key(src, cc_id, kernels):
+    """A library's name in the cache: a hash of its generated C, the generator,
+    the C sources it includes, the compiler command and the kernels it links."""
+    h = hashlib.sha256(f"program|{cc_id}|{' '.join(FLAGS)}|{pathlib.Path(kernels).name}|"
+                       .encode())
+    h.update(_generator_digest())
+    h.update(_sources_digest())
+    h.update(src.encode())
+    return h.hexdigest()[:32]
+
+
+def _kernels_key(cc_id):
+    # C only (no generator digest): the kernels survive a change to this module
+    h = hashlib.sha256(f"kernels|{cc_id}|{' '.join(FLAGS)}|{sys.platform}|".encode())
+    h.update(_sources_digest())
     return h.hexdigest()[:32]
 
 
@@ -1222,6 +1560,7 @@ def load(code, ints, layout, auto=False):
     if not CSRC.is_dir():
         raise NativeCompileError(f"the native tier needs revtape's C sources at {CSRC}")
     timeout = _timeout()        # a bad setting is the caller's error, never one cached below
+    config.get("REVTAPE_CACHE_MAX_MB")
     cc, cc_id = _compiler()
     key = _key(code, ints, layout, cc_id)
     with _lock:
@@ -1232,7 +1571,7 @@ def load(code, ints, layout, auto=False):
             raise _failed[key]
         klock = _key_locks.setdefault(key, threading.Lock())
     # One build per program at a time in this process (other programs build
-    # alongside); other processes are handled by the atomic rename below.
+    # alongside); other processes wait on the cache's file lock (_FileLock).
     with klock:
         hit = _loaded.get(key)
         if hit is not None:
@@ -1245,31 +1584,19 @@ def load(code, ints, layout, auto=False):
 
 
 def _build(code, ints, layout, key, cc, cc_id, timeout):
-    """Compile (unless the disk cache has it) and load the library of `key`."""
+    """Find (verified) or compile the library of this program and load it."""
     import time
-    global compiles
-    d = cache_dir()
-    path = d / f"revtape_{key}.so"
-    spent = 0.0
-    if not path.exists():
-        src = translate(code, ints, layout)      # UnsupportedError before any compiler runs
-        d.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + timeout
-        objs = _runtime_objects(cc, cc_id, d, deadline)   # once per compiler: not counted
-        t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory(dir=d) as tmp:
-            c_file = pathlib.Path(tmp) / f"revtape_{key}.c"
-            c_file.write_text(src)
-            so_tmp = pathlib.Path(tmp) / "lib.so"
-            cmd = [*cc.argv, *FLAGS, *cc.cflags, f"-I{CSRC}", "-o", str(so_tmp), str(c_file),
-                   *objs, "-lm"]
-            _run(cmd, cc, deadline)
-            # Atomic publish: a concurrent first compile of the same
-            # program in another process writes the same bytes.
-            os.replace(so_tmp, path)
-        spent = time.perf_counter() - t0
-        compiles += 1
-    lib = _get_ffi().dlopen(str(path))
+    src = translate(code, ints, layout)          # UnsupportedError before any compiler runs
+    deadline = time.monotonic() + timeout
+    d = _usable_dir()
+    try:
+        lib, path, spent = _build_in(d, src, cc, cc_id, deadline)
+    except _Unwritable as e:
+        if d == _private:
+            raise NativeCompileError(f"the native tier cannot write to {d} ({e}); compile "
+                                     f"with native=False to use the VM") from e
+        _refuse(d, f"cannot be written ({e})")
+        lib, path, spent = _build_in(_private_dir(), src, cc, cc_id, deadline)
     from .._vm import ffi as vm_ffi, lib as vm_lib
     nffi = _get_ffi()
     hooks = [nffi.cast("void *", int(vm_ffi.cast("uintptr_t", vm_ffi.addressof(vm_lib, f))))
@@ -1282,48 +1609,134 @@ def _build(code, ints, layout, key, cc, cc_id, timeout):
     return table, path, spent
 
 
+def _build_in(d, src, cc, cc_id, deadline):
+    import time
+    global compiles
+    (kernels,) = _runtime_objects(cc, cc_id, d, deadline)   # loaded first: the dependency
+    dkey = _disk_key(src, cc_id, kernels)
+    path = d / f"revtape_{dkey}.so"
+    lib = _dlopen_verified(path, dkey)
+    if lib is not None:
+        _touch(path)
+        return lib, path, 0.0
+    with _FileLock(d, dkey[:2]):
+        lib = _dlopen_verified(path, dkey)     # another process built it meanwhile
+        if lib is not None:
+            return lib, path, 0.0
+        _clean_stale(d)
+        t0 = time.perf_counter()
+        with _BuildDir(d) as tmp:
+            c_file = tmp / f"revtape_{dkey}.c"
+            out = tmp / "lib.so"
+            try:
+                c_file.write_text(src)
+            except OSError as e:
+                raise _Unwritable(e) from e
+            _run([*cc.argv, *FLAGS, *cc.cflags, f"-I{CSRC}", "-o", str(out), str(c_file),
+                  kernels, "-lm"], cc, deadline)
+            _publish(out, path, dkey)
+        spent = time.perf_counter() - t0
+        compiles += 1
+        lib = _dlopen_verified(path, dkey)
+        if lib is None:
+            raise NativeCompileError(f"the native library {path} changed between its build and "
+                                     f"its load; compile with native=False to use the VM")
+        _evict(d, keep={path.stem, pathlib.Path(kernels).stem})
+    return lib, path, spent
+
+
+def _link_name(name, path):
+    """The kernels library's own name, which each program's library records as
+    its dependency; it is loaded (verified) before them, so the dynamic loader
+    finds it among the loaded objects and never searches the file system."""
+    if sys.platform == "darwin":
+        return [f"-Wl,-install_name,{path}"]
+    return [f"-Wl,-soname,{name}"]
 
 
 def _run(cmd, cc, deadline):
+    """Run the compiler in its own process group: a timeout (or an interrupt)
+    kills the group, so nothing it started outlives it."""
+    import signal
     import time
     left = deadline - time.monotonic()
-    try:
-        if left <= 0:
-            raise subprocess.TimeoutExpired(cmd, 0)
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
-    except subprocess.TimeoutExpired as e:
+    if left <= 0:
         raise NativeTimeout(f"the C compiler {cc} took longer than REVTAPE_NATIVE_TIMEOUT="
-                            f"{_timeout():g} s; compile with native=False to use the VM") from e
+                            f"{_timeout():g} s; compile with native=False to use the VM")
+    posix = os.name == "posix"
+    try:
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace",
+                             start_new_session=posix)
     except OSError as e:
         raise NativeCompileError(f"the C compiler {cc} failed to run: {e}; "
                                  f"compile with native=False to use the VM") from e
-    if r.returncode != 0:
+    try:
+        _, err = p.communicate(timeout=left)
+    except BaseException as e:
+        try:
+            if posix:
+                os.killpg(p.pid, signal.SIGKILL)
+            else:
+                p.kill()
+        except OSError:
+            pass
+        p.wait()
+        for f in (p.stdout, p.stderr):
+            f.close()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise NativeTimeout(f"the C compiler {cc} took longer than REVTAPE_NATIVE_TIMEOUT="
+                                f"{_timeout():g} s; compile with native=False to use the "
+                                f"VM") from e
+        raise
+    if p.returncode != 0:
         raise NativeCompileError(
-            f"the C compiler {cc} failed (exit {r.returncode}): {r.stderr[-2000:]}; "
+            f"the C compiler {cc} failed (exit {p.returncode}): {err[-2000:]}; "
             f"compile with native=False to use the VM")
 
 
 def _runtime_objects(cc, cc_id, d, deadline):
-    """kernels.c and specfun.c (_OBJECTS) compiled once per compiler and source version
-    (kernels.c alone takes seconds: every program's library links these objects)."""
-    objs = []
+    """The kernels library (_OBJECTS compiled into one shared library) of this
+    compiler and source version in d: verified, loaded, built if missing
+    (kernels.c alone takes seconds).  Returns [its path]."""
+    key = _kernels_key(cc_id)
+    name = f"revtape_kernels_{key}.so"
+    path = d / name
     with _objects_lock:
-        for name in _OBJECTS:
-            h = hashlib.sha256(f"{NATIVE_VERSION}|{cc_id}|{' '.join(FLAGS)}|".encode())
-            h.update(_sources_digest())
-            obj = d / f"revtape_{pathlib.Path(name).stem}_{h.hexdigest()[:32]}.o"
-            if not obj.exists():
-                fd, tmp = tempfile.mkstemp(suffix=".o", dir=d)
-                os.close(fd)
-                try:
-                    _run([*cc.argv, *[f for f in FLAGS if f != "-shared"], *cc.cflags,
-                          f"-I{CSRC}", "-c", str(CSRC / name), "-o", tmp], cc, deadline)
-                    os.replace(tmp, obj)
-                finally:
-                    if os.path.exists(tmp):
-                        os.unlink(tmp)
-            objs.append(str(obj))
-    return objs
+        if path in _kernels:
+            return [str(path)]
+        lib = _dlopen_verified(path, key)
+        if lib is None:
+            with _FileLock(d, "kernels"):
+                lib = _dlopen_verified(path, key)
+                if lib is None:
+                    _clean_stale(d)
+                    with _BuildDir(d) as tmp:
+                        out = tmp / name
+                        _run([*cc.argv, *FLAGS, *cc.cflags, f"-I{CSRC}", *_link_name(name, path),
+                              "-o", str(out), *(str(CSRC / n) for n in _OBJECTS), "-lm"],
+                             cc, deadline)
+                        _publish(out, path, key)
+                    lib = _dlopen_verified(path, key)
+                    if lib is None:
+                        raise NativeCompileError(
+                            f"the kernels library {path} changed between its build and its "
+                            f"load; compile with native=False to use the VM")
+        else:
+            _touch(path)
+        _keep.append(lib)
+        _kernels[path] = lib
+    return [str(path)]
+
+
+def _warn(message):
+    """A NativeWarning pointing at the first frame outside revtape (the user's line)."""
+    import warnings
+    pkg = str(pathlib.Path(__file__).resolve().parents[1]) + os.sep
+    f, level = sys._getframe(1), 2
+    while f is not None and f.f_code.co_filename.startswith(pkg):
+        f, level = f.f_back, level + 1
+    warnings.warn(message, NativeWarning, stacklevel=level if f is not None else 2)
 
 
 def _layout(ct, tangent=True):
@@ -1368,9 +1781,6 @@ class NativeTimeout(NativeCompileError):
     """The C compiler took longer than $REVTAPE_NATIVE_TIMEOUT seconds."""
 
 
-from ..errors import NativeWarning  # noqa: E402  (defined with every revtape warning)
-
-
 _queue = None            # (weakref to a CompiledTape, key) jobs for the builder thread
 _warned = set()          # kinds of failure already warned about in this process
 _failed = {}             # cache key -> why its build failed (not retried in this process)
@@ -1393,8 +1803,9 @@ def arm(ct):
         # one is this call's ConfigError, not a warning from the builder thread.
         calls, secs = config.get("REVTAPE_NATIVE_CALLS"), config.get("REVTAPE_NATIVE_SECONDS")
         _timeout()
-    # An installation without revtape's C sources (a wheel) has no native
-    # tier to offer: "auto" is the VM there, without a warning.
+        config.get("REVTAPE_CACHE_MAX_MB")
+    # An installation without revtape's C sources has no native tier to
+    # offer: "auto" is the VM there, without a warning.
     if not on or not CSRC.is_dir() or untranslatable(ct._code) is not None:
         ct._native_state = "off"
         ct._native_event.set()
@@ -1402,15 +1813,14 @@ def arm(ct):
     ct._native_state = "vm"
     try:
         cc_id = _compiler()[1]
-    except NativeCompileError:
-        cc_id = None                         # hot will say so, once
-    if cc_id is not None:
         hit = (_loaded.get(_key(ct._code, ct._ints, _layout(ct, True), cc_id))
                or _loaded.get(_key(ct._code, ct._ints, _layout(ct, False), cc_id)))
-        if hit is not None:                  # a copy of a tape that is already native
-            _install(ct, hit[2], hit[1], 0.0)
-            ct._native_event.set()
-            return
+    except NativeCompileError:
+        hit = None                           # hot will say so, once
+    if hit is not None:                      # a copy of a tape that is already native
+        _install(ct, hit[2], hit[1], 0.0)
+        ct._native_event.set()
+        return
     p = ct._p
     p.hot_calls = p.hot_ns = 0
     p.hot_max_ns = min(int(secs * 1e9), 2 ** 62)
@@ -1477,7 +1887,6 @@ def _builder(q):
 
 
 def _warn_once(e):
-    import warnings
     kind = ("timeout" if isinstance(e, NativeTimeout) else
             "compiler" if isinstance(e, NativeCompileError) else type(e).__name__)
     with _lock:
@@ -1485,8 +1894,7 @@ def _warn_once(e):
             return
         _warned.add(kind)
     try:
-        warnings.warn(f"revtape: native='auto' could not build native code ({e}); the VM "
-                      f"keeps serving this tape.  Set REVTAPE_NATIVE=0 to stop trying.",
-                      NativeWarning, stacklevel=2)
+        _warn(f"revtape: native='auto' could not build native code ({e}); the VM "
+              f"keeps serving this tape.  Set REVTAPE_NATIVE=0 to stop trying.")
     except BaseException:                     # noqa: BLE001 - e.g. warnings turned into errors
         pass
