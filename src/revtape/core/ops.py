@@ -25,11 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import cspecial as _cspecial, specfun as _specfun
-try:  # scipy is optional: solve_triangular's reference forward falls back to numpy
-    import scipy.linalg as _scipy_linalg
-except ImportError:  # pragma: no cover
-    _scipy_linalg = None
+from . import cspecial as _cspecial, lazyscipy, specfun as _specfun
 
 from ..errors import UnsupportedError
 
@@ -38,31 +34,35 @@ from ..errors import UnsupportedError
 # of a scipy-backed row differs: scipy's own function when scipy imports,
 # else a scipy-free forward (_specfun.py) or, failing that, one that says to
 # install scipy.  To add a scipy-backed row: `_scipy("name", fallback)` as
-# its numpy forward (see gammaln below).
-try:
-    import scipy.special as sps
-except ImportError:  # pragma: no cover - exercised by the scipy-free CI job
-    sps = None
+# its numpy forward (see gammaln below).  scipy is imported at the first call
+# of such a forward, never by `import revtape` (lazyscipy.py).
 
 
 def _scipy(name, fallback=None):
-    """scipy.special.<name> if scipy imports, else fallback, else a forward that
-    raises UnsupportedError naming scipy."""
-    if sps is not None:
-        return getattr(sps, name)
-    if fallback is not None:
-        return fallback
-
+    """A forward calling scipy.special.<name> if scipy imports, else fallback,
+    else raising UnsupportedError naming scipy.  scipy is looked up at the
+    first call; the row's scipy ufunc (for __array_ufunc__) is registered
+    when scipy.special is imported (scipy_ufuncs below)."""
     def needs_scipy(*args, **kwargs):
         raise UnsupportedError(f"scipy.special.{name} needs scipy installed (pip install scipy)")
-    needs_scipy.__name__ = name
-    return needs_scipy
+
+    chosen = []
+
+    def forward(*args, **kwargs):
+        if not chosen:
+            sps = lazyscipy.special()
+            chosen.append(getattr(sps, name) if sps is not None else fallback or needs_scipy)
+        return chosen[0](*args, **kwargs)
+    forward.__name__ = name
+    forward._scipy_name = name
+    return forward
 
 
 def _polygamma_fwd(n):
-    if sps is not None:
-        return lambda x: sps.polygamma(n, x)
-    return lambda x: _specfun.polygamma(n, x)
+    def forward(x):
+        sps = lazyscipy.special()
+        return sps.polygamma(n, x) if sps is not None else _specfun.polygamma(n, x)
+    return forward
 
 # Families.  The elementwise ones are generated into the C VM from their
 # expressions; the others have a hand-written kernel in csrc/instr/ (or are
@@ -140,6 +140,7 @@ def op_named(name):
 
 
 OPS = {}
+_SCIPY_UFUNC_ROWS = []   # (scipy.special name, row): joined to UFUNC_OPS by _scipy_ufuncs
 # Bumped whenever a rule changes after import (Op.__setattr__ once the table
 # is sealed, rt.defvjp/defjvp); cached rt.grad programs guard on it.
 EPOCH = [0]
@@ -148,14 +149,18 @@ _SEALED = False
 
 def _def(name, family, fwd, **kw):
     if kw.get("ufuncs") is None:
-        if kw.get("special"):
-            u = getattr(sps, kw["special"], None) if sps is not None else None
-        else:
-            u = getattr(fwd, "__wrapped__", fwd)
+        # numpy's ufuncs now; scipy's (rows with special= or a _scipy forward)
+        # join UFUNC_OPS when scipy.special is imported (scipy_ufuncs)
+        u = getattr(fwd, "__wrapped__", fwd)
         kw["ufuncs"] = (u,) if isinstance(u, np.ufunc) else ()
+        scipy_name = kw.get("special") or getattr(fwd, "_scipy_name", None)
+    else:
+        scipy_name = None
     op = Op(name, family, fwd, **kw)
     op.index = len(OPS)
     OPS[name] = op
+    if scipy_name:
+        _SCIPY_UFUNC_ROWS.append((scipy_name, op))
     return op
 
 
@@ -860,8 +865,9 @@ def _trisolve_fwd(a, b, lower, trans, unit):
         np.fill_diagonal(m, 1.0)
     if not np.all(np.diagonal(m)):
         return np.full(np.shape(b), np.nan)
-    if _scipy_linalg is not None:
-        return _scipy_linalg.solve_triangular(a, b, lower=lower, trans=int(trans),
+    sla = lazyscipy.linalg()
+    if sla is not None:
+        return sla.solve_triangular(a, b, lower=lower, trans=int(trans),
                                               unit_diagonal=unit, check_finite=False)
     return np.linalg.solve(m.T if trans else m, b)
 
@@ -1029,6 +1035,18 @@ for _op in OPS.values():
 UFUNC_OPS = {u: op for op in OPS.values() if op.guard is None for u in op.ufuncs}
 UFUNC_COMPARE = {u: op.name for op in OPS.values() if op.guard is not None for u in op.ufuncs}
 REDUCE_UFUNCS = {u: op.name for op in OPS.values() if op.family == REDUCE for u in op.reduces}
+
+
+def _scipy_ufuncs(sps):
+    """scipy.special's ufuncs record their rows: added to UFUNC_OPS as soon as
+    scipy.special is imported, before user code can call one."""
+    for name, op in _SCIPY_UFUNC_ROWS:
+        u = getattr(sps, name, None)
+        if isinstance(u, np.ufunc):
+            UFUNC_OPS.setdefault(u, op)
+
+
+lazyscipy.when_imported("scipy.special", _scipy_ufuncs)
 POWER_SPECIAL = {op.power: op for op in OPS.values() if op.power is not None}
 SPECIAL_ROWS = {op.special: op for op in OPS.values() if op.special}
 MASK_OPS = frozenset(op.name for op in OPS.values() if op.mask)

@@ -24,10 +24,6 @@ from ..trace.tracked import (TrackedArray, TrackedReal, _record1, _record2, _val
 
 P = ops.P
 
-try:  # scipy is optional at run time; its ufuncs dispatch here when present
-    import scipy.special as _sps
-except ImportError:  # pragma: no cover
-    _sps = None
 
 def dot(a, b, out=None):
     _check_common("np.dot", out)
@@ -631,9 +627,10 @@ _UFUNC_SPECIAL = {
 }
 
 
-if _sps is not None:
-    _UFUNC_SPECIAL.update({_sps.gammainc: _gammainc_in_x("gammainc"),
-                           _sps.gammaincc: _gammainc_in_x("gammaincc")})
+# scipy is optional and imported by the user's program, not by revtape: its
+# ufuncs join the dispatch tables when scipy.special is imported
+ops.lazyscipy.when_imported("scipy.special", lambda sps: _UFUNC_SPECIAL.update({
+    sps.gammainc: _gammainc_in_x("gammainc"), sps.gammaincc: _gammainc_in_x("gammaincc")}))
 
 
 def fmax(x, y):

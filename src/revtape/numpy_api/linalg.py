@@ -29,10 +29,7 @@ from ..errors import RevtapeError, UnsupportedError
 P = ops.P
 _value_of, istracked = _t._value_of, _t.istracked
 
-try:  # scipy is optional
-    import scipy.linalg as _sla
-except ImportError:  # pragma: no cover
-    _sla = None
+from ..core import lazyscipy
 
 _SlogdetResult = type(np.linalg.slogdet(np.eye(1)))
 
@@ -264,7 +261,8 @@ _SCIPY = {"solve_triangular": solve_triangular, "cholesky": scipy_cholesky,
           "inv": scipy_inv, "det": scipy_det}
 
 
-_scipy_dispatch.route(_sla, _SCIPY)
+# routed when the program imports scipy.linalg (revtape itself never does)
+lazyscipy.when_imported("scipy.linalg", lambda sla: _scipy_dispatch.route(sla, _SCIPY))
 _t.DROP_INS["scipy.linalg"] = lambda name, dist: (
     f"revtape.numpy_api.linalg's {name} (scipy.linalg.{name} looked up after importing revtape)"
     if name in _SCIPY else None)

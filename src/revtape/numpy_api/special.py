@@ -20,7 +20,7 @@ import numpy as np
 
 from . import scipy_dispatch as _scipy_dispatch
 from ..errors import UnsupportedError
-from ..core.ops import sps
+from ..core import lazyscipy
 from ..core.ops import P, SPECIAL_ROWS
 from .functions import _polygamma
 from ..trace.tracked import DROP_INS, istracked
@@ -40,7 +40,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     return_sign= are refused there)."""
     if istracked(a) or istracked(b):
         return _tracked_logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
-    from ..core.ops import sps
+    sps = lazyscipy.special()
     if sps is not None:
         return sps.logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
     if b is not None or return_sign:
@@ -96,7 +96,7 @@ def polygamma(n, x):
         return _polygamma(n, x)
     if istracked(n):
         raise UnsupportedError("polygamma's order n must be a plain integer")
-    from ..core.ops import sps
+    sps = lazyscipy.special()
     if sps is not None:
         return sps.polygamma(n, x)
     from ..core import specfun as _specfun
@@ -108,7 +108,7 @@ def polygamma(n, x):
 # scipy.special's Python functions that route here when an argument is tracked
 SCIPY_ROUTED = {"logsumexp": logsumexp, "polygamma": polygamma, "softmax": softmax,
                 "log_softmax": log_softmax, "multigammaln": multigammaln}
-_scipy_dispatch.route(sps, SCIPY_ROUTED)
+lazyscipy.when_imported("scipy.special", lambda sps: _scipy_dispatch.route(sps, SCIPY_ROUTED))
 DROP_INS["scipy.special"] = lambda name, dist: (
     f"rt.special.{name}" if callable(globals().get(name)) else None)
 
