@@ -1872,12 +1872,14 @@ def _builder(q):
         try:
             table, path, spent = load(code, ints, layout, auto=True)
         except BaseException as e:            # noqa: BLE001 - the VM keeps serving
+            # warned before the event is set: whoever waits for the build (wait_native)
+            # sees the warning already issued
+            _warn_once(e)
             ct = ref()
             if ct is not None:
                 ct._native_state = "failed"
                 ct._native_error = e
                 ct._native_event.set()
-            _warn_once(e)
             continue
         ct = ref()
         if ct is not None:
