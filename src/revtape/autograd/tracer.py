@@ -23,6 +23,7 @@ import threading
 import numpy as np
 
 from ..core import ops
+from ..core.primitives import primitive  # noqa: F401  (autograd.tracer.primitive)
 from ..errors import TapeMixError, UnsupportedError
 from ..trace.replay import backprop
 from ..trace.tape import _HANDLES, Tape

@@ -17,13 +17,20 @@ def _any(args, kwargs):
     return any(istracked(a) for a in (*args, *kwargs.values()))
 
 
+def _attr(obj, name):
+    try:
+        return getattr(obj, name, None)
+    except Exception:            # rt.stats refuses a function a distribution lacks
+        return None
+
+
 def namespace(name):
     ours = getattr(_rtstats, name, None)
     theirs = getattr(_ss, name)
     ns = {}
     for fn in ("logpdf", "logpmf", "logcdf", "logsf", "pdf", "pmf", "cdf", "sf", "rvs", "entropy"):
-        mine = getattr(ours, fn, None) if ours is not None else None
-        if mine is None and fn in _LOGS and ours is not None and hasattr(ours, _LOGS[fn]):
+        mine = _attr(ours, fn) if ours is not None else None
+        if mine is None and fn in _LOGS and ours is not None and _attr(ours, _LOGS[fn]) is not None:
             mine = (lambda lf: lambda *a, **k: np.exp(lf(*a, **k)))(getattr(ours, _LOGS[fn]))
         sc = getattr(theirs, fn, None)
         if mine is None and sc is None:
