@@ -12,16 +12,15 @@ from collections import OrderedDict
 import numpy as onp
 
 from ..errors import OutputError, UnsupportedError
-from . import tracer
+from .tracer import make_vjp as _make_vjp
 from .vspace import vspace
 from .wrap_util import unary_to_nary
 
-_make_vjp = tracer.make_vjp
 
 
 def _np():
-    from . import numpy as anp     # the tracked-aware namespace (stack, tensordot, ...)
-    return anp
+    from .numpy import _namespace  # the tracked-aware namespace (stack, tensordot, ...)
+    return _namespace()
 
 
 def _scalar_output(ans, who):

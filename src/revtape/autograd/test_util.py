@@ -6,7 +6,7 @@ from itertools import product
 
 import numpy as np
 
-from . import differential_operators as _ops
+from .differential_operators import make_jvp as _nary_make_jvp
 from .tracer import make_vjp
 from .vspace import vspace
 from .wrap_util import get_name, unary_to_nary
@@ -33,7 +33,7 @@ def _numerical_jvp(f, x):
 
 
 def _make_jvp(f, x):
-    return _ops.make_jvp(f)(x)
+    return _nary_make_jvp(f)(x)
 
 
 def check_vjp(f, x):

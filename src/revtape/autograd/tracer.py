@@ -28,7 +28,7 @@ from ..errors import TapeMixError, UnsupportedError
 from ..trace.replay import backprop
 from ..trace.tape import _HANDLES, Tape
 from ..trace.values import shape_of
-from . import vspace as _vs
+from .vspace import as_float, flatten, leaves_like, like_input, map_leaves, unflatten
 
 _local = threading.local()
 
@@ -60,7 +60,7 @@ def isbox(v):
 
 def getval(v):
     """The plain value of a traced one (autograd's getval); anything else as is."""
-    return _vs.map_leaves(lambda x: x.value if getattr(x, "_is_tracked", False) else x, v)
+    return map_leaves(lambda x: x.value if getattr(x, "_is_tracked", False) else x, v)
 
 
 def _target_tape(leaves):
@@ -88,7 +88,7 @@ def _check_real(leaf):
 def _constant_node(tape, v):
     """A handle on a constant node of tape holding v (a plain argument of a
     nested call: its copy is what the inner sweep differentiates)."""
-    v = _vs.as_float(v)
+    v = as_float(v)
     nid = tape._const(v)
     return _HANDLES.wrap(tape, nid, tape.values[nid])
 
@@ -114,14 +114,14 @@ def make_vjp(fun, x):
     (shaped like ans; a container for a container output) with fun's Jacobian
     at x, shaped like x.  Called inside another differentiation, both stay on
     its tape, so they are differentiable again."""
-    leaves, tdef = _vs.flatten(x)
+    leaves, tdef = flatten(x)
     for v in leaves:
         _check_real(v)
     outer = _target_tape(leaves)
     tape = outer if outer is not None else Tape()
     start = len(tape.instructions)
     if outer is None:
-        nodes = [tape.track(_vs.as_float(v)) for v in leaves]
+        nodes = [tape.track(as_float(v)) for v in leaves]
     else:
         # a copy node per leaf: what the inner sweep differentiates with
         # respect to, while the outer tape still sees it depend on the leaf
@@ -133,7 +133,7 @@ def make_vjp(fun, x):
     stack = _stack()
     stack.append(tape)
     try:
-        ans = fun(_vs.unflatten(tdef, nodes))
+        ans = fun(unflatten(tdef, nodes))
     except TapeMixError as e:
         raise TapeMixError(f"{e}. (a function differentiated with revtape.autograd read a value "
                            "traced by revtape's own rt.grad from a closure; pass it as an "
@@ -146,7 +146,7 @@ def make_vjp(fun, x):
     for op, o, args, params in instrs:
         if o >= 0 and op.diff and any(a in active for a in args):
             active.add(o)
-    out_leaves, out_def = _vs.flatten(ans)
+    out_leaves, out_def = flatten(ans)
     out_ids = [v._id if (getattr(v, "_is_tracked", False) and v._tape is tape and v._id in active)
                else None for v in out_leaves]
     if outer is None:
@@ -158,13 +158,13 @@ def make_vjp(fun, x):
     shapes = [shape_of(tape.values[i]) for i in ids]
 
     def vjp(g):
-        g_leaves = _vs.leaves_like(out_def, g, "the cotangent g")
+        g_leaves = leaves_like(out_def, g, "the cotangent g")
         total = [None] * len(ids)
         for oid, gl in zip(out_ids, g_leaves):
             if oid is None:
                 continue
             _check_real(gl)
-            gl = _vs.as_float(gl) if not getattr(gl, "_is_tracked", False) else gl
+            gl = as_float(gl) if not getattr(gl, "_is_tracked", False) else gl
             adj = backprop(instrs, vals, oid, gl, active)
             for k, nid in enumerate(ids):
                 a = adj.get(nid)
@@ -177,6 +177,6 @@ def make_vjp(fun, x):
             elif shape_of(t) != shp:
                 t = ops.broadcast_to(t, shp)
             grads.append(t)
-        return _vs.unflatten(tdef, [_vs.like_input(gr, v) for gr, v in zip(grads, leaves)])
+        return unflatten(tdef, [like_input(gr, v) for gr, v in zip(grads, leaves)])
 
     return vjp, ans

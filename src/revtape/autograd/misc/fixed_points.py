@@ -3,7 +3,7 @@ distance(x, x_prev) <= tol; differentiable in a by the implicit function
 theorem (the reverse pass iterates the adjoint fixed point), as autograd's."""
 
 from ...core.primitives import defvjp, primitive
-from .. import tracer
+from ..tracer import isolated, make_vjp
 from ..vspace import vspace
 
 
@@ -23,12 +23,12 @@ def _fixed_point(a, f, x0, distance, tol):
 def _vjp(ans, a, f, x0, distance, tol):
     def rev_iter(params):
         a_, x_star, x_star_bar = params
-        vjp_x, _ = tracer.make_vjp(f(a_), x_star)
+        vjp_x, _ = make_vjp(f(a_), x_star)
         return lambda g: vjp_x(g) + x_star_bar
 
     def grad(g):
-        with tracer.isolated():
-            vjp_a, _ = tracer.make_vjp(lambda aa: f(aa)(ans), a)
+        with isolated():
+            vjp_a, _ = make_vjp(lambda aa: f(aa)(ans), a)
             w = _iterate(rev_iter, (a, ans, g), vspace(x0).zeros(), distance, tol)
             return vjp_a(w)
     return grad

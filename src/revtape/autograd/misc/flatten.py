@@ -4,9 +4,12 @@ vector is a tracked concatenation, unflatten slices a tracked vector."""
 
 import numpy as onp
 
-from .. import numpy as np
+from ..numpy import _namespace
 from ..vspace import flatten as _tree_flatten
 from ..vspace import unflatten as _tree_unflatten
+
+
+np = _namespace()
 
 
 def flatten(value):

@@ -60,6 +60,13 @@ def asarray(obj, dtype=None, order=None, **kwargs):
     return _onp.asarray(obj, dtype=dtype, order=order, **kwargs)
 
 
+def full(shape, fill_value, dtype=None, order="C", **kwargs):
+    """numpy.full; a traced fill_value gives a traced array (ones * fill_value)."""
+    if _istracked(fill_value):
+        return _onp.ones(shape) * fill_value
+    return _onp.full(shape, fill_value, dtype=dtype, order=order, **kwargs)
+
+
 def _plain(v):
     if _istracked(v):
         return v.value
@@ -101,3 +108,8 @@ def __dir__():
 
 
 reshape = __getattr__("reshape")
+
+
+def _namespace():
+    import sys
+    return sys.modules[__name__]
