@@ -1,0 +1,4 @@
+"""autograd.misc: flatten, const_graph, optimizers, fixed_points."""
+
+from .flatten import flatten  # noqa: F401
+from .tracers import const_graph  # noqa: F401

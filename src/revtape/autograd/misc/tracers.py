@@ -1,0 +1,14 @@
+"""const_graph: in autograd, a function whose graph is traced once and then
+re-evaluated.  Here it is fun itself, run afresh at each call: the same
+values, without a cached graph that could go stale."""
+
+import functools
+
+
+def const_graph(fun, *args, **kwargs):
+    partial = functools.partial(fun, *args, **kwargs)
+
+    @functools.wraps(fun)
+    def run(*a):
+        return partial(*a)
+    return run

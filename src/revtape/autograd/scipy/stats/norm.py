@@ -1,0 +1,5 @@
+"""scipy.stats.norm: revtape's log densities on tracked values (see _dist)."""
+
+from ._dist import namespace
+
+globals().update(namespace("norm"))
