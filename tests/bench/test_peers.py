@@ -55,7 +55,7 @@ CASES = {
 }
 
 # Module each peer needs; jax-scan is a JAX column variant.
-NEEDS = {"jax": "jax", "torch": "torch", "autograd": "autograd", "casadi": "casadi"}
+NEEDS = {"jax": "jax", "torch": "torch", "autograd": "autograd.numpy", "casadi": "casadi"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

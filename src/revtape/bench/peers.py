@@ -36,8 +36,9 @@ PEERS = ["jax", "torch", "autograd", "casadi"]
 # Column variants that are not peers of their own; they need the named peer.
 VARIANTS = {"jax-scan": "jax"}
 
-# Import name of each peer's top-level module.
-_MODULES = {"jax": "jax", "torch": "torch", "autograd": "autograd", "casadi": "casadi"}
+# A module each peer must import: autograd's submodule, because any directory
+# called autograd/ on sys.path (a test tree's, say) imports as an empty namespace.
+_MODULES = {"jax": "jax", "torch": "torch", "autograd": "autograd.numpy", "casadi": "casadi"}
 
 # One-time cost (seconds) above which a column is skipped instead of built.
 # Overridable because a patient user may want e.g. the plain-JAX chain L=1e4
