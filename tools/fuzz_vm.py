@@ -13,7 +13,9 @@ What it does:
    and writes their programs to a seeds file;
 2. builds the VM's C sources (_build_vm.SOURCES) with tools/fuzz_vm_harness.c into a
    standalone executable with -fsanitize=address,undefined (once per
-   compiler found: gcc, clang);
+   compiler found: gcc, clang), cached in the build directory under a hash
+   of the C files, flags and compiler version (the time budget counts
+   fuzzing only);
 3. runs it in chunks (one process per RNG seed): each iteration takes a seed
    program or makes a random one, mutates instruction words, index-table
    entries and header fields, calls rt_verify, and runs every entry point
@@ -30,7 +32,7 @@ threads through the Python API (tests/runtime/test_compiled.py -k hardening
 selection) under it, with libasan/libubsan preloaded into Python.
 
 A sanitizer report aborts its chunk; the script prints it with the RNG seed
-that reproduces it (``build/fuzz_vm/harness-gcc SEEDS SEED ITERATIONS``) and
+that reproduces it (``build/fuzz_vm/harness-gcc-<hash> SEEDS SEED ITERATIONS``) and
 exits 1.  Not part of the test suite (it needs a C compiler with sanitizer
 runtimes and minutes of CPU).
 """
@@ -129,13 +131,40 @@ def _build_module():
     return mod
 
 
-def build(cc, out):
+HARNESS = ROOT / "tools" / "fuzz_vm_harness.c"
+
+
+def _flags():
+    return ["-std=c99", "-O1", "-g", "-fno-omit-frame-pointer",
+            "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-D_DEFAULT_SOURCE"]
+
+
+def build(cc, bdir):
+    """The sanitized harness for compiler cc, built once per content: the
+    executable's name carries a hash of every C file it is made of (the VM's
+    sources, the headers they include, the harness), the flags and the
+    compiler's version, so a rebuild happens only when one of them changed.
+    Returns (path, seconds spent building: 0 for a cached one)."""
+    import hashlib
     sources = [str(_build_module().CSRC / s) for s in _build_module().SOURCES]
-    cmd = [cc, "-std=c99", "-O1", "-g", "-fno-omit-frame-pointer",
-           "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-           "-D_DEFAULT_SOURCE", f"-I{ROOT / 'csrc'}", *sources,
-           str(ROOT / "tools" / "fuzz_vm_harness.c"), "-lm", "-o", str(out)]
+    harness = HARNESS
+    h = hashlib.sha256()
+    for f in sorted((ROOT / "csrc").rglob("*.[ch]")) + [harness]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    h.update(" ".join(_flags() + sources).encode() + version.encode())
+    name = os.path.basename(cc)
+    out = bdir / f"harness-{name}-{h.hexdigest()[:16]}"
+    if out.exists():
+        return out, 0.0
+    for old in bdir.glob(f"harness-{name}-*"):       # stale builds of other sources
+        old.unlink()
+    t0 = time.monotonic()
+    tmp = out.with_suffix(".tmp")
+    cmd = [cc, *_flags(), f"-I{ROOT / 'csrc'}", *sources, str(harness), "-lm", "-o", str(tmp)]
     subprocess.run(cmd, check=True)
+    os.replace(tmp, out)                           # a killed build leaves no half executable
+    return out, time.monotonic() - t0
 
 
 PY_TESTS = ("pickle or misaligned or strided or pointer_cache or threads_sharing or own_thread "
@@ -195,14 +224,17 @@ def main(argv=None):
     print(f"{len(progs)} seed programs -> {seeds}")
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    start = time.monotonic()
-    totals, findings = {}, []
+    # the builds come first and outside the budget: the budget is fuzzing time
+    exes = {}
     for cc in args.compilers.split(","):
         if shutil.which(cc) is None:
             print(f"{cc}: not installed, skipped")
             continue
-        exe = bdir / f"harness-{cc}"
-        build(cc, exe)
+        exes[cc], secs = build(cc, bdir)
+        print(f"{cc}: {exes[cc].name} " + (f"built in {secs:.0f} s" if secs else "(cached)"))
+    start = time.monotonic()
+    totals, findings = {}, []
+    for cc, exe in exes.items():
         tot = totals.setdefault(cc, {"runs": 0, "iterations": 0, "random_programs": 0,
                                      "verified": 0, "refused": 0, "verifier_only": 0,
                                      "calls": {}})
@@ -239,7 +271,14 @@ def main(argv=None):
         if code != 0:
             findings.append(("python", None, tail))
             print(tail)
+    programs = sum(tot["iterations"] for tot in totals.values())
+    print(f"programs run: {programs}")
     print(f"sanitizer findings: {len(findings)}")
+    if programs == 0:
+        # no finding is no evidence when nothing ran (no compiler, a budget
+        # spent elsewhere, every chunk refused to start)
+        print("FAILED: no program was fuzzed")
+        return 1
     return 1 if findings else 0
 
 

@@ -75,6 +75,28 @@
 
 /* ------------------------------------------------------------------ the instruction records */
 
+/* The table's lengths evaluated in double first: 1 when each fits an arena
+ * (offsets are int32 words, so no region is longer than INT32_MAX).  The
+ * record comes from an untrusted program (a pickle): with N and M up to
+ * 2^31 a length such as EIGH's 3*N*N overflows int64, so the int64
+ * evaluation below runs only on shapes this accepts (a double holds these
+ * degree-2 polynomials of int32 values without overflow and close enough
+ * to compare against 2^31). */
+static int rt_linalg_fits(int op, double N, double M)
+{
+    const double lim = (double)INT32_MAX;
+    (void)M;
+    switch (op) {
+#define RT_FITS_(NAME, A, B, OUT, SCRATCH, SQUARE, FLAGS) \
+    case RT_OP_##NAME: \
+        return (A) <= lim && (B) <= lim && (OUT) <= lim && (SCRATCH) <= lim;
+    RT_LINALG_LENGTHS(RT_FITS_)
+#undef RT_FITS_
+    default:
+        return 1;                /* not a linear-algebra opcode: refused below */
+    }
+}
+
 int rt_linalg_lengths(int op, const int32_t *rec, int64_t n, int64_t *la, int64_t *lb,
                       int64_t *scratch, int64_t *ls, char *why, int64_t why_len)
 {
@@ -84,6 +106,11 @@ int rt_linalg_lengths(int op, const int32_t *rec, int64_t n, int64_t *la, int64_
     if (N < 0 || M < 0) {
         snprintf(why, (size_t)why_len, "negative shape (N %lld, M %lld)", (long long)N,
                  (long long)M);
+        return 1;
+    }
+    if (!rt_linalg_fits(op, (double)N, (double)M)) {
+        snprintf(why, (size_t)why_len, "shape (N %lld, M %lld) makes a region longer than "
+                 "any arena (%ld values)", (long long)N, (long long)M, (long)INT32_MAX);
         return 1;
     }
     /* each kernel's lengths are its op row's (ops.Linalg), generated */

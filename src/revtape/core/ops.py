@@ -27,7 +27,7 @@ import numpy as np
 
 from . import cspecial as _cspecial, lazyscipy, specfun as _specfun
 
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, VerificationError
 
 # scipy is optional.  Every row exists with or without it (the C VM, the
 # opcodes and the table hash never depend on scipy); only the numpy forward
@@ -136,7 +136,12 @@ class Op:
 
 
 def op_named(name):
-    return OPS[name]
+    """The row called name (how pickles refer to a row)."""
+    row = OPS.get(name) if type(name) is str else None
+    if row is None:
+        raise VerificationError(f"a pickle names op {name!r}, which this revtape's op table "
+                                "does not have; pickle it again with this version")
+    return row
 
 
 OPS = {}

@@ -338,7 +338,21 @@ def stop_gradient(x):
 # call returns: the VM stops the sweep with RT_CALLBACK_FAILED.
 
 def _install_callback(ffi):
-    @ffi.def_extern()
+    def escaped(exc_type, exc, tb):
+        # An exception that got past the try below: a signal (Ctrl-C) pending
+        # as C re-entered the callback raises before its first statement, or
+        # one landing in the except clause.  error=1 tells the VM the
+        # instruction failed (cffi's default, 0, would be read as success and
+        # the instruction would keep the last replay's output); the error is
+        # kept for the caller, who raises it after the C call returns.
+        ctx = tb.tb_frame.f_locals.get("ctx") if tb is not None else None
+        try:
+            ffi.from_handle(ctx).put_error(exc)
+        except BaseException:    # pragma: no cover - the caller raises a generic error
+            pass
+        return True              # handled: cffi prints nothing
+
+    @ffi.def_extern(error=1, onerror=escaped)
     def rt_py_callback(ctx, mode, pc):
         try:
             ws = ffi.from_handle(ctx)

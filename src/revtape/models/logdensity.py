@@ -81,6 +81,44 @@ class _ThreadState:
         self.forwards = []          # [value()] by branch number: the forward sweep alone
 
 
+class _Model:
+    """The function a LogDensity records: f on the unflattened (and
+    constrained) parameter.  Its own object holding only what it reads, so
+    that the tapes recorded from it do not hold the LogDensity (a bound
+    method would: a cycle that only the cyclic collector frees)."""
+
+    def __init__(self, ld):
+        self.f = ld.f
+        self._plain_vector = ld._plain_vector
+        self._parts = ld._parts
+        self._transformed = ld._transformed
+        self._bij = ld._bij
+        self._tree = ld._tree
+
+    def __call__(self, z):
+        if self._plain_vector:
+            return self.f(z)
+        parts = self._parts.split(z)
+        if self._transformed:
+            # f on the constrained leaves, plus each map's log|det Jacobian|:
+            # the density of the unconstrained parameter
+            logjac = []
+            xs = []
+            for bij, p in zip(self._bij, parts):
+                if bij is None:
+                    xs.append(p)
+                else:
+                    xs.append(bij.forward(p))
+                    logjac.append(bij.forward_log_det_jacobian(p))
+            out = self.f(xs[0]) if not self._tree else call_with(self.f, self._parts.tree(tuple(xs)))
+            for term in logjac:
+                out = out + term
+            return out
+        if not self._tree:
+            return self.f(parts[0])
+        return call_with(self.f, self._parts.tree(parts))
+
+
 class LogDensity:
     """A compiled log density of a flat parameter vector (see the module docstring)."""
 
@@ -109,6 +147,7 @@ class LogDensity:
         self._transformed = any(b is not None for b in self._bij)
         self._plain_vector = (not self._tree and not self._transformed
                               and isinstance(leaves[0], np.ndarray) and leaves[0].ndim == 1)
+        self._model = _Model(self)
         self._lock = threading.Lock()
         # Idle per-call states.  A pool rather than per-thread state: a
         # thread state that C made for one call (PyGILState_Ensure) is gone
@@ -196,29 +235,6 @@ class LogDensity:
         if self._parts.treedef is not None:
             return pytree.unflatten(self._parts.treedef, leaves)
         return tuple(leaves) if self._tree else leaves[0]
-
-    def _model(self, z):
-        if self._plain_vector:
-            return self.f(z)
-        parts = self._parts.split(z)
-        if self._transformed:
-            # f on the constrained leaves, plus each map's log|det Jacobian|:
-            # the density of the unconstrained parameter
-            logjac = []
-            xs = []
-            for bij, p in zip(self._bij, parts):
-                if bij is None:
-                    xs.append(p)
-                else:
-                    xs.append(bij.forward(p))
-                    logjac.append(bij.forward_log_det_jacobian(p))
-            out = self.f(xs[0]) if not self._tree else call_with(self.f, self._parts.tree(tuple(xs)))
-            for term in logjac:
-                out = out + term
-            return out
-        if not self._tree:
-            return self.f(parts[0])
-        return call_with(self.f, self._parts.tree(parts))
 
     def _record(self, x):
         return GradientTape(self._model, x)

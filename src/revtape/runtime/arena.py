@@ -9,6 +9,7 @@ import weakref
 
 import numpy as np
 
+from .afterfork import track_program
 from .vm import RT_BUSY, _retry_busy, ffi, lib
 from ..errors import ConcurrentUseError
 
@@ -43,7 +44,7 @@ def _scalar_index(p, n_instr):
 def program_struct(prog, code, ints, vals, adj):
     """The rt_program of prog over its words, int table and arenas (not yet
     verified), and the cffi objects it points into, to be kept alive with it."""
-    p = ffi.new("rt_program *")
+    p = track_program(ffi.new("rt_program *"))
     keep = [ffi.from_buffer("int32_t[]", code),
             ffi.from_buffer("int32_t[]", ints),
             ffi.from_buffer("double[]", vals),

@@ -11,6 +11,7 @@ from functools import partial as _partial
 
 import numpy as np
 
+from .afterfork import track_locks, track_program
 from .arena import _aligned_zeros, _frozen, _scalar_index
 from .vm import (RT_BUSY, RT_CALLBACK_FAILED, RT_GUARD_FAILED, RT_OK, _DOUBLES, _F64, _ND,
                  _from_buffer, ffi, lib, verify)
@@ -37,6 +38,7 @@ class Batches:
         self._wide_pws = {}          # per thread count: the C array of the wide arenas' programs
         self._batch_last = (None,) * 4   # the last batch's (X, its pointer, out, its pointer)
         self._batch_lock = threading.Lock()
+        track_locks(self)
 
     def batch_value_and_gradient(self, X, out=None, threads=None):
         """Value and gradient at every row of X: ``(values[k], grads[(k,) + input
@@ -324,7 +326,7 @@ class _BatchArena:
         self.vals = ct._vals.copy()
         self.adj = np.zeros_like(ct._adj)
         self.ws = self.handle = None
-        p = ffi.new("rt_program *")
+        p = track_program(ffi.new("rt_program *"))
         self._keep = [ffi.from_buffer("double[]", self.vals), ffi.from_buffer("double[]", self.adj)]
         p.code, p.ints = ct._keep[0], ct._keep[1]
         p.vals, p.adj = self._keep
@@ -361,7 +363,7 @@ class _WideArena:
         self.vals = _aligned_zeros(max(n_slots * B, 1))
         self.vals[:prog.n_fixed * B] = np.repeat(ct._vals[:prog.n_fixed], B)   # constants
         self.adj = _aligned_zeros(self.vals.size)
-        p = ffi.new("rt_program *")
+        p = track_program(ffi.new("rt_program *"))
         self._keep = [ffi.from_buffer("int32_t[]", code), ffi.from_buffer("int32_t[]", self.ints),
                       ffi.from_buffer("double[]", self.vals), ffi.from_buffer("double[]", self.adj)]
         p.code, p.ints, p.vals, p.adj = self._keep

@@ -240,6 +240,12 @@ def _rebuild(state, tape, guards, n_grad, native="auto"):
         _refuse(f"the program state has unknown or missing fields ({e})")
     if tape is not None and not isinstance(tape, Tape):
         _refuse(f"the tape is a {type(tape).__name__}, not a revtape Tape")
+    # a HessianTape's program (its output is f's gradient, f's value beside
+    # it at value_off) only with its HessianTape, a gradient program only
+    # without one: forward() would otherwise answer the gradient for f
+    if (type(prog.value_off) is not int
+            or (prog.value_off != -1) != isinstance(tape, HessianTape)):
+        _refuse("the program and its tape disagree on being a HessianTape's")
     if not isinstance(guards, bool):
         _refuse("guards is not a bool")
     if not (isinstance(native, bool) or native == "auto"):

@@ -21,6 +21,7 @@ import numpy as np
 from ..core import ops
 from ..errors import InputError, TapeFinishedError, TapeMixError
 from .guards import _caller, describe_where
+from . import tapestate
 from .instrstore import Columns
 from .replay import Replay
 from .values import as_value, evaluate, shape_of
@@ -401,10 +402,16 @@ class Tape(Replay):
         state["_replayed_by"] = None
         state.pop("_fast_marks", None)     # C cells of this process's bound calls
         state.pop("_func", None)   # the user's function is not needed to replay
+        state["_digest"] = tapestate.digest(state)     # checked on load (tapestate.py)
         return state
 
     def __setstate__(self, state):
+        tapestate.check(state)     # untrusted: VerificationError, never a broken tape
         state = dict(state)
+        del state["_digest"]
+        # caches and recording state are this process's: never the pickle's
+        state.update(_active=None, _htape=None, _replayed_by=None, _head=None,
+                     _scalar_consts={}, _compact_next=COMPACT_AT)
         inputs = state.pop("_inputs", ())
         outs = state.pop("_outs", ())
         if "_output" in state:                   # pickled before outputs were held weakly

@@ -160,7 +160,9 @@ class Guards:
         lines.append(f"    if EPOCH[0] != {self.epoch}: return \"revtape's op table changed\"")
         lines.append("    return None")
         exec("\n".join(lines), env)
-        return env["check"]
+        # out of its own globals: a function in the dict it reads its names from
+        # is a cycle, which only the cyclic collector frees
+        return env.pop("check")
 
     def __len__(self):
         return (len(self.items) + len(self.attrs) + len(self.cells) + len(self.containers)
