@@ -604,7 +604,7 @@ class GradFunction:
         # are its own (private).
         options = (self._single, self.argnums, self.on_stale, self.with_value,
                    self.has_aux, self.cache_size)
-        st = self._state = (progcache.State((progcache.function_key(self.fun), options))
+        st = self._state = (progcache.private_state(self.fun, options)
                             if private else progcache.state_for(self.fun, options))
         self._cache = st.cache           # key -> _Entry
         self._lock = st.lock

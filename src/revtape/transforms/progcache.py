@@ -20,8 +20,9 @@ key is
 
 a bound method by its function's key and its self (identity); a
 functools.partial by its function's key and its arguments (scalars by value,
-others by identity); any other callable by identity.  Keys hold the objects
-they name, so an id is never reused while its key is cached.
+others by identity); any other callable by identity.  Keys name objects by
+id and the state holds them (its pins), so an id is never reused while its
+key is cached.
 
 A hit never skips a check: the variants found run the same binding guards
 (grad.py) as in the object that recorded them, and an rt.grad object whose
@@ -31,8 +32,9 @@ or code was rebound after the transform was made leaves the shared state.
 
 The cache is bounded: the REVTAPE_PROGRAM_CACHE most recently used functions
 are kept (least recently used dropped first; each keeps its own bound on
-input structures, cache_size).  Dropping a state frees its programs once no
-rt.grad object holds it.  clear() empties it.
+input structures, cache_size); a state's key, its pins, keeps what it names
+alive until then.  Dropping a state frees its programs once no rt.grad
+object holds it.  clear() empties it.
 """
 
 import functools
@@ -49,59 +51,52 @@ _states = OrderedDict()          # key -> State, most recently used last
 _stats = {"hits": 0, "misses": 0, "evictions": 0}
 
 
-class _Id:
-    """An object compared by identity (and kept alive while the key is)."""
-
-    __slots__ = ("obj", "_h")
-
-    def __init__(self, obj):
-        self.obj = obj
-        self._h = id(obj)
-
-    def __hash__(self):
-        return self._h
-
-    def __eq__(self, other):
-        return type(other) is _Id and other.obj is self.obj
-
-
 _BY_VALUE = (int, bool, str, bytes, type(None))
 
 
-def _value(v):
+def _value(v, pins):
     t = type(v)
     if t is float:
         return (t, _pack("<d", v))          # -0.0 and 0.0 differ; nan equals itself
     if t in _BY_VALUE:
         return (t, v)
-    return _Id(v)
+    pins.append(v)
+    return id(v)
 
 
-def function_key(fun, depth=0):
-    """The cache key of a callable (see the module docstring); never raises."""
-    if depth > 4:
-        return _Id(fun)
+def function_key(fun, pins, depth=0):
+    """The cache key of a callable (see the module docstring); never raises.
+
+    Objects named by identity enter the key as their id and are appended to
+    pins: a State keeps its pins alive, so an id in a cached key is never
+    reused by another object (ints hash and compare faster than wrappers)."""
     t = type(fun)
-    if t is types.FunctionType:
+    if t is types.FunctionType and depth <= 4:
+        code, globs = fun.__code__, fun.__globals__
+        pins.append(code)
+        pins.append(globs)
         cells = fun.__closure__
         if cells:
             contents = []
             for c in cells:
                 try:
-                    contents.append(_value(c.cell_contents))
+                    contents.append(_value(c.cell_contents, pins))
                 except ValueError:              # an empty cell (deleted, or not yet bound)
                     contents.append(None)
             cells = tuple(contents)
-        kwd = fun.__kwdefaults__
-        return (fun.__code__, _Id(fun.__globals__), cells,
-                None if fun.__defaults__ is None else tuple(map(_value, fun.__defaults__)),
-                None if kwd is None else tuple((k, _value(v)) for k, v in kwd.items()))
-    if t is types.MethodType:
-        return ("method", function_key(fun.__func__, depth + 1), _Id(fun.__self__))
-    if t is functools.partial:
-        return ("partial", function_key(fun.func, depth + 1), tuple(map(_value, fun.args)),
-                tuple((k, _value(v)) for k, v in fun.keywords.items()))
-    return _Id(fun)
+        d, kwd = fun.__defaults__, fun.__kwdefaults__
+        return (id(code), id(globs), cells,
+                None if d is None else tuple([_value(v, pins) for v in d]),
+                None if kwd is None else tuple([(k, _value(v, pins)) for k, v in kwd.items()]))
+    if t is types.MethodType and depth <= 4:
+        return ("method", function_key(fun.__func__, pins, depth + 1),
+                _value(fun.__self__, pins))
+    if t is functools.partial and depth <= 4:
+        return ("partial", function_key(fun.func, pins, depth + 1),
+                tuple([_value(v, pins) for v in fun.args]),
+                tuple([(k, _value(v, pins)) for k, v in fun.keywords.items()]))
+    pins.append(fun)
+    return id(fun)
 
 
 class State:
@@ -110,11 +105,12 @@ class State:
     positions of scalar arguments found to steer the recording (keyed by
     value from then on)."""
 
-    __slots__ = ("key", "cache", "lock", "ticks", "replays", "stats", "static_scalars",
-                 "__weakref__")
+    __slots__ = ("key", "pins", "cache", "lock", "ticks", "replays", "stats",
+                 "static_scalars", "__weakref__")
 
-    def __init__(self, key):
+    def __init__(self, key, pins=()):
         self.key = key
+        self.pins = pins             # what the ids in key name, kept alive
         self.cache = {}
         self.lock = threading.Lock()
         self.ticks = itertools.count()
@@ -125,16 +121,21 @@ class State:
 
 def state_for(fun, options):
     """The shared State of fun under these transform options, made on first use."""
-    key = (function_key(fun), options)
-    maxsize = config.get("REVTAPE_PROGRAM_CACHE")
+    pins = []
+    key = (function_key(fun, pins), options)
     with _lock:
         st = _states.get(key)
         if st is not None:
             _states.move_to_end(key)
             _stats["hits"] += 1
             return st
+    maxsize = config.get("REVTAPE_PROGRAM_CACHE")       # read on a miss only
+    with _lock:
+        st = _states.get(key)
+        if st is not None:
+            return st
         _stats["misses"] += 1
-        st = State(key)
+        st = State(key, tuple(pins))
         if maxsize:
             _states[key] = st
             while len(_states) > maxsize:
@@ -144,8 +145,16 @@ def state_for(fun, options):
 
 
 def same_key(fun, state):
-    """True when fun's key (now) is still the one state was found under."""
-    return (function_key(fun), state.key[1]) == state.key
+    """True when fun's key (now) is still the one state was found under (an id
+    in it names the pinned object itself: pins keep it alive)."""
+    return function_key(fun, []) == state.key[0]
+
+
+def private_state(fun, options):
+    """A State for fun that no other rt.grad object finds (a deep copy's)."""
+    pins = []
+    key = (function_key(fun, pins), options)
+    return State(key, tuple(pins))
 
 
 def clear():
