@@ -57,6 +57,16 @@ except ImportError:
     sps = None
 
 
+@pytest.fixture(autouse=True)
+def _fresh_program_cache():
+    """Each test starts with an empty process-wide program cache (rt.grad shares
+    programs between transforms of the same function), so that what a test
+    counts in cache_info() is its own."""
+    from revtape.transforms import progcache
+    progcache.clear()
+    yield
+
+
 @pytest.fixture
 def rng():
     """A fresh, fixed-seed generator per test: every test sees the same numbers."""

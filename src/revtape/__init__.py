@@ -46,7 +46,10 @@ def __getattr__(name):
         return CompiledTape
     if name in ("grad", "value_and_grad"):
         from .transforms import grad as transforms
-        return getattr(transforms, name)
+        # kept as a module attribute: rt.grad(f)(x) written inline looks it up
+        # on every call, and __getattr__ costs as much as a small replay
+        globals()[name] = value = getattr(transforms, name)
+        return value
     if name in ("jvp", "vjp"):
         from .transforms import cached
         return getattr(cached, name)

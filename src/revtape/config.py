@@ -196,6 +196,11 @@ _DECLARED = [
             "Most threads one replay's large array instructions use (1: never split; more "
             "than 64 count as 64); read once per process, at the first rt.compile.",
             shown="the CPUs this process may use"),
+    # ------------------------------------------------ rt.grad
+    Setting("REVTAPE_PROGRAM_CACHE", Int(0), 256,
+            "Functions whose recorded programs rt.grad keeps process-wide (least recently "
+            "used dropped first), so that rt.grad(f)(x) written inline reuses f's program; "
+            "0 gives every rt.grad object its own cache. Read when an rt.grad object is made."),
     # ------------------------------------------------ numpy and scipy
     Setting("REVTAPE_SCIPY_DISPATCH", Bool(), True,
             "Route scipy's Python functions (special.logsumexp, linalg.cholesky, ...) to "

@@ -41,11 +41,11 @@ from struct import pack as _struct_pack
 
 import numpy as np
 
-from . import draws as _draws, functional
+from . import draws as _draws, functional, progcache
 from ..core import ops
 from .functional import _holds_tracked
 from ..trace.recording import gc_paused
-from ..runtime.compiled import CompiledTape
+from ..runtime.compiled import CompiledTape, _check_compilable
 from ..runtime.vm import ffi as _ffi, lib as _lib
 from ..errors import (BranchChanged, InputError, PicklingError, RevtapeError, StaleTape,
                       StaleTapeWarning)
@@ -578,15 +578,22 @@ class _Replica:
 
 
 class _Variant:
-    __slots__ = ("ctape", "guards", "check", "replicas", "draw_replay", "aux")
+    __slots__ = ("ctape", "guards", "check", "replicas", "draw_replay", "aux", "fun", "tape",
+                 "n_grad", "lock")
 
-    def __init__(self, ctape, guards):
+    def __init__(self, ctape, guards, fun=None, tape=None, n_grad=None):
         self.ctape = ctape
         self.guards = guards
         self.check = guards.compiled_check()
-        self.replicas = {threading.get_ident(): _Replica(ctape)}
+        self.replicas = {} if ctape is None else {threading.get_ident(): _Replica(ctape)}
         self.draw_replay = None      # f draws from generators: _draws.DrawLog.replay
         self.aux = None              # has_aux: the aux spec (functional.aux_spec)
+        self.fun = fun               # the function recorded: the guards are about it
+        # ctape None: not compiled yet (the first call answered from the
+        # recording); the first replay compiles `tape`
+        self.tape = tape
+        self.n_grad = n_grad
+        self.lock = None if ctape is not None else threading.Lock()
 
     def replica(self):
         """This thread's replica, made on its first use here.  A thread id is
@@ -595,6 +602,13 @@ class _Variant:
         ident = threading.get_ident()
         r = self.replicas.get(ident)
         if r is None:
+            if self.ctape is None:
+                with self.lock:
+                    if self.ctape is None:       # compiled once, by the first thread here
+                        ctape = CompiledTape(self.tape, n_grad=self.n_grad)
+                        r = self.replicas[ident] = _Replica(ctape)
+                        self.ctape, self.tape = ctape, None
+                        return r
             r = self.replicas[ident] = _Replica(copy.deepcopy(self.ctape))
         return r
 
@@ -633,7 +647,7 @@ class GradFunction:
     """The function returned by rt.grad / rt.value_and_grad."""
 
     def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False, has_aux=False, *,
-                 cache_size=DEFAULT_CACHE_SIZE):
+                 cache_size=DEFAULT_CACHE_SIZE, private=False):
         if on_stale not in ("rerecord", "raise"):
             raise ValueError("on_stale must be 'rerecord' or 'raise'")
         if not callable(fun):
@@ -651,22 +665,31 @@ class GradFunction:
         self.cache_size = None if cache_size is None else int(cache_size)
         self._fast = self.argnums in ((0,), (-1,))     # g(x): one argument, differentiated
         self._plans = {}                                # len(args) -> _plan(len(args))
-        self._reset()
+        self._private = private
+        self._reset(private)
         functools.update_wrapper(self, fun, updated=())
         if "__name__" not in self.__dict__:       # a partial or a callable object
             inner = getattr(getattr(fun, "func", None), "__name__", None)
             self.__name__ = f"partial({inner})" if inner else f"{type(fun).__name__} object"
 
-    def _reset(self):
-        self._cache = {}                 # key -> _Entry
-        self._lock = threading.Lock()
+    def _reset(self, private=False):
+        # The cache and its counters belong to the function, shared by every
+        # rt.grad object made for it with the same options (progcache.py):
+        # rt.grad(f)(x) written inline reuses f's programs.  A deep copy's
+        # are its own (private).
+        options = (self._single, self.argnums, self.on_stale, self.with_value,
+                   self.has_aux, self.cache_size)
+        st = self._state = (progcache.private_state(self.fun, options)
+                            if private else progcache.state_for(self.fun, options))
+        self._cache = st.cache           # key -> _Entry
+        self._lock = st.lock
         # The hot path takes no lock: a hit stamps its entry from a shared
         # counter (next() on itertools.count is atomic), and replays are counted
         # per thread (each thread writes only its own key).  Least recently
         # used = smallest stamp, found when a new key is inserted.
-        self._ticks = itertools.count()
-        self._replays = {}
-        self._stats = {"records": 0, "branch_failures": 0, "stale": 0, "evictions": 0}
+        self._ticks = st.ticks
+        self._replays = st.replays
+        self._stats = st.stats
         self._warned = False
         self._warned_draws = False
         self._warned_unwatched = False
@@ -689,6 +712,8 @@ class GradFunction:
             if entry.eager and not self._retry(entry):
                 return self._eager(args, kwargs, argnums)
             for i, v in enumerate(entry.variants):
+                if v.fun is not self.fun and not self._owner_ok():
+                    return self(*args, **kwargs)          # now under this function's own state
                 reason = v.check()
                 if reason is not None:
                     with self._lock:
@@ -736,6 +761,16 @@ class GradFunction:
                 return self._result(value, grads)
         return self._record(key, args, kwargs, argnums)
 
+    def _owner_ok(self):
+        """A variant recorded from another function object with the same key
+        (progcache.py) is guarded on that object: replay it only while this
+        function's key is still the shared one (its closure cells, code and
+        defaults not rebound since); else move to the state of its key now."""
+        if progcache.same_key(self.fun, self._state):
+            return True
+        self._reset(private=self._private)
+        return False
+
     def _split(self, args, kwargs):
         """Cache key, the tape inputs' values (differentiated arguments in argnums
         order, then float-array data in argument order), and argnums."""
@@ -760,6 +795,12 @@ class GradFunction:
                     continue
             elif _holds_tracked(a, 0):
                 raise functional.Traced()
+            elif not diffs[i] and _scalar_data(a) and i not in self._state.static_scalars:
+                # a Python int/float that is not differentiated: a tape input
+                # read at each replay, not a key (unless it steered the recording)
+                key.append(("scalar", type(a)))
+                data.append(a)
+                continue
             elif diffs[i]:
                 if isinstance(a, np.ndarray):
                     if a.dtype.kind not in "biuf":
@@ -853,33 +894,56 @@ class GradFunction:
         targs = list(args)
         for i in argnums:
             targs[i] = functional.track_arg(tape, args[i])
+        scalars = []            # scalar arguments recorded as data (see _split)
         for i, a in enumerate(args):
             if i not in argnums and type(a) is np.ndarray and a.dtype.kind == "f":
                 targs[i] = tape.track(a)
+            elif (i not in argnums and _scalar_data(a)
+                  and i not in self._state.static_scalars):
+                targs[i] = tape.track(float(a))
+                scalars.append(i)
         pre = _pre_snapshots(self.fun)
         # generators f reaches draw through stand-ins while it runs (_draws.py)
         tkwargs = dict(kwargs)          # generator keywords are swapped in the copy
         draws = _draws.DrawLog.start(tape, self.fun, targs, tkwargs, lift=proxy_draws == "lift") \
             if proxy_draws else None
         watcher = _Watcher()
+        steered = False
         try:
             with gc_paused():
                 out = watcher.run(self.fun, *targs, **tkwargs)
         except Exception as e:
-            if not draws:
+            if scalars:
+                # a scalar argument was used where a plain number is needed
+                # (range bound, shape, index, float(), a C function): f's
+                # program depends on its value, which becomes part of the key
+                steered = True
+            elif not draws:
                 raise
-            return self._record_again(e, draws, proxy_draws, key, args, kwargs, argnums)
+            else:
+                return self._record_again(e, draws, proxy_draws, key, args, kwargs, argnums)
         finally:
             if draws is not None:
                 draws.stop()
+        if steered:
+            if draws is not None:
+                draws.rewind()
+            with self._lock:
+                st = self._state
+                st.static_scalars = st.static_scalars | frozenset(scalars)
+                if not entry.variants and self._cache.get(key) is entry:
+                    del self._cache[key]
+            key, _, _ = self._split(args, kwargs)
+            return self._record(key, args, kwargs, argnums, proxy_draws, why)
         if self.has_aux:
             out, aux = functional.split_aux(out)
         tape.finish(out)
         tape._scalar_output()
         spec = functional.aux_spec(tape, aux) if self.has_aux else None
         _, parts, _ = self._split(args, kwargs)
-        n_diff = len(parts) - sum(1 for i, a in enumerate(args) if i not in argnums
-                                  and type(a) is np.ndarray and a.dtype.kind == "f")
+        n_diff = len(parts) - len(scalars) - sum(
+            1 for i, a in enumerate(args) if i not in argnums
+            and type(a) is np.ndarray and a.dtype.kind == "f")
         entry.layout = functional.layout_of(args, argnums)
         if draws and not draws.exact():
             # first: what cannot be replayed and where (_draws.py says what can)
@@ -960,10 +1024,17 @@ class GradFunction:
 
     def _compile_variant(self, entry, tape, n_diff, guards, draws, spec, parts,
                          args, kwargs, argnums):
-        """Compile the recording as a new variant of entry and answer this call
-        from its first replay."""
+        """Add the recording as a new variant of entry and answer this call.
+
+        A plain variant (no draws, no aux) is compiled on its first replay:
+        this call is answered from the recording itself (its values and the
+        reference reverse pass), so a program asking for one gradient pays
+        for recording only.  The others compile now and answer from their
+        first replay."""
+        if spec is None and draws is None:
+            return self._lazy_variant(entry, tape, n_diff, guards, args, argnums)
         ctape = CompiledTape(tape, n_grad=n_diff)
-        variant = _Variant(ctape, guards)
+        variant = _Variant(ctape, guards, self.fun)
         variant.aux = spec
         if spec is not None:
             def run(xs):
@@ -991,6 +1062,24 @@ class GradFunction:
         if entry.layout is not None:
             grads = functional.regroup(grads, entry.layout)
         return self._result(value, grads)
+
+    def _lazy_variant(self, entry, tape, n_diff, guards, args, argnums):
+        # what rt.compile would refuse, refused now rather than on the next call
+        _check_compilable(tape)
+        variant = _Variant(None, guards, self.fun, tape, n_diff)
+        value = tape.values[tape.output_id]
+        grads = tape._grads_out(tape._reverse(1.0), None)
+        if isinstance(grads, tuple):
+            grads = grads[:n_diff]               # not the data arguments
+            if len(grads) == 1:
+                grads = grads[0]
+        with self._lock:
+            self._stats["records"] += 1
+            entry.variants = (variant,) + entry.variants
+        if entry.layout is not None:
+            grads = functional.regroup(grads if isinstance(grads, tuple) else (grads,),
+                                       entry.layout)
+        return self._result(float(value), grads)
 
     def _eager(self, args, kwargs, argnums):
         with self._lock:
@@ -1037,13 +1126,18 @@ class GradFunction:
                          maxsize=self.cache_size, **stats)
 
     def clear_cache(self):
+        """Drop the recorded programs of f (shared by every rt.grad object made
+        for f with the same options; a deep copy's are its own)."""
         with self._lock:
             self._cache.clear()
 
     # ------------------------------------------------ copies and pickles
-    # A copy or a pickle carries f and the options, never the cache: compiled
-    # programs are rebuilt (and guards collected against the copy's own
-    # objects) on the copy's first call.
+    # A copy or a pickle carries f and the options, never the cache object.
+    # copy.copy and an unpickled transform find f's shared cache, as a new
+    # rt.grad(f) does (the same guards run on every hit); a deep copy gets a
+    # cache of its own, so that it shares nothing with the original: its
+    # programs are rebuilt (guards collected against the copy's own objects)
+    # on its first call.
     def _options(self):
         return (self._argnums_arg, self.on_stale, self.with_value, self.cache_size, self.has_aux)
 
@@ -1051,7 +1145,7 @@ class GradFunction:
         return _rebuild_grad(self.fun, *self._options())
 
     def __deepcopy__(self, memo):
-        new = _rebuild_grad(copy.deepcopy(self.fun, memo), *self._options())
+        new = _rebuild_grad(copy.deepcopy(self.fun, memo), *self._options(), private=True)
         memo[id(self)] = new
         return new
 
@@ -1060,8 +1154,9 @@ class GradFunction:
         return (_rebuild_grad, (self.fun,) + self._options())
 
 
-def _rebuild_grad(fun, argnums, on_stale, with_value, cache_size, has_aux=False):
-    return GradFunction(fun, argnums, on_stale, with_value, has_aux, cache_size=cache_size)
+def _rebuild_grad(fun, argnums, on_stale, with_value, cache_size, has_aux=False, private=False):
+    return GradFunction(fun, argnums, on_stale, with_value, has_aux, cache_size=cache_size,
+                        private=private)
 
 
 def _check_picklable(fun, name):
@@ -1089,6 +1184,17 @@ def _check_picklable(fun, name):
         f"(module {fun.__module__!r}, name {fun.__qualname__!r}), and a lambda or a function "
         "defined inside another function cannot be found that way. Define the function at "
         "the top level of a module, or pickle with cloudpickle (which stores it by value)")
+
+
+_INT_EXACT = 2 ** 53        # ints past this lose digits as a double: keyed instead
+
+
+def _scalar_data(a):
+    """A Python or numpy int/float that, not differentiated, is a tape input."""
+    t = type(a)
+    if t is float or t is int or isinstance(a, (np.floating, np.integer)):
+        return t is not bool and -_INT_EXACT <= a <= _INT_EXACT   # not nan, inf, huge
+    return False
 
 
 def _float_bits(x):
