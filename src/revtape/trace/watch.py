@@ -477,9 +477,34 @@ class Watcher:
         finally:
             self._finish()
 
+    def _trace_call(self, frame, event, arg):
+        # the global trace function: one event per Python call (C calls and
+        # returns in revtape's own frames raise none); user frames get a
+        # local one that sees their return (no line events)
+        if event == "call" and is_user_file(frame.f_code.co_filename):
+            self._enter(frame)
+            frame.f_trace_lines = False
+            return self._trace_local
+        return None
+
+    def _trace_local(self, frame, event, arg):
+        if event == "return":
+            self._leave(frame)
+        return self._trace_local
+
     def _run_hooks(self, fn, args, kwargs):
         self._hooks = True
         previous = sys.getprofile()
+        if previous is None and sys.gettrace() is None:
+            # Nothing else is watching: the trace hook costs one Python call
+            # per Python frame, where the profile hook costs two per call of
+            # any kind (the recording makes thousands).  What it misses, the
+            # C methods of random.Random, the state comparison sees.
+            sys.settrace(self._trace_call)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sys.settrace(None)
         if previous is None or callable(previous):
             sys.setprofile(self._profile if previous is None else self._chained_profile(previous))
             try:

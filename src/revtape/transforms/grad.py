@@ -578,13 +578,15 @@ class _Replica:
 
 
 class _Variant:
-    __slots__ = ("ctape", "guards", "check", "replicas", "draw_replay", "aux", "fun", "tape",
+    __slots__ = ("ctape", "guards", "_check", "replicas", "draw_replay", "aux", "fun", "tape",
                  "n_grad", "lock")
 
     def __init__(self, ctape, guards, fun=None, tape=None, n_grad=None):
         self.ctape = ctape
         self.guards = guards
-        self.check = guards.compiled_check()
+        # the guards' check is generated code (exec): made on the first replay,
+        # so that a program asking for one gradient never pays for it
+        self._check = None
         self.replicas = {} if ctape is None else {threading.get_ident(): _Replica(ctape)}
         self.draw_replay = None      # f draws from generators: _draws.DrawLog.replay
         self.aux = None              # has_aux: the aux spec (functional.aux_spec)
@@ -594,6 +596,14 @@ class _Variant:
         self.tape = tape
         self.n_grad = n_grad
         self.lock = None if ctape is not None else threading.Lock()
+
+    @property
+    def check(self):
+        """The compiled guard check: None when every guard holds, else why not."""
+        c = self._check
+        if c is None:
+            c = self._check = self.guards.compiled_check()
+        return c
 
     def replica(self):
         """This thread's replica, made on its first use here.  A thread id is
@@ -714,7 +724,7 @@ class GradFunction:
             for i, v in enumerate(entry.variants):
                 if v.fun is not self.fun and not self._owner_ok():
                     return self(*args, **kwargs)          # now under this function's own state
-                reason = v.check()
+                reason = (v._check or v.check)()
                 if reason is not None:
                     with self._lock:
                         self._stats["stale"] += 1
