@@ -237,16 +237,37 @@ def test_the_first_call_answers_from_the_recording_and_compiles_on_the_second():
     (entry,) = g._cache.values()
     (variant,) = entry.variants
     assert variant.ctape is None                      # nothing compiled yet
+    assert variant._check is None                     # nor the guards' check
     ref = rt.GradientTape(loss, W)
     rv, rg = ref.value_and_gradient(W)                # the reference replay
     assert v1 == rv and _same(g1, rg)                 # the recording's own numbers
     v2, g2 = g(W)
     assert variant.ctape is not None                  # compiled by the first replay
+    assert variant._check is not None
     ct = rt.compile(ref, native=False)
     cv, cg = ct.value_and_gradient(W)
     assert v2 == cv and _same(g2, cg)                 # the VM's bits from then on
     np.testing.assert_allclose(g1, g2, rtol=1e-12)
     np.testing.assert_allclose(g1, loss_grad(W), rtol=1e-12)
+
+
+def test_the_guards_check_made_on_the_first_replay_still_sees_changes_before_it():
+    # the guards are collected while recording: a rebinding between the first
+    # call and the second (when the check is generated) is still caught
+    scale = [2.0]
+    g = rt.grad(lambda w: scale[0] * np.sum(w ** 2))
+    np.testing.assert_allclose(g(W), 4.0 * W)
+    scale[0] = 3.0
+    np.testing.assert_allclose(g(W), 6.0 * W)
+    assert g.cache_info().records == 2
+
+
+def test_the_recording_leaves_no_hook_behind():
+    import sys
+    before = (sys.gettrace(), sys.getprofile())
+    g = rt.grad(lambda w: np.sum(np.sin(w)))
+    np.testing.assert_allclose(g(W), np.cos(W))
+    assert (sys.gettrace(), sys.getprofile()) == before
 
 
 @pytest.mark.parametrize("args", [(0.5,), (np.array([0.5, -1.0]),),
