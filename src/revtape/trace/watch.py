@@ -14,7 +14,11 @@ or coverage that are already running:
   (far cheaper than global events: docs/design.md).  CALL gives
   the callable and its first argument, so a draw called from user code is
   seen exactly, with its line.
-* 3.11: ``sys.setprofile``.  A hook already installed from Python (the pure
+* 3.11, nothing else watching: ``sys.settrace``, one event per Python frame
+  (the profile hook's two per call of any kind, C calls included, made the
+  first call several times slower); user frames get a local tracer for
+  their return, with line events off.
+* 3.11 otherwise: ``sys.setprofile``.  A hook already installed from Python (the pure
   Python ``profile`` module, a user hook, an outer recording) is called from
   ours for every event and restored as it was.  cProfile's hook is C and
   cannot be called from Python, so while it runs we leave it alone and

@@ -6,7 +6,7 @@ A recorded tape is a snapshot of one run of f.  It is valid while
    values of static arguments) -- the cache key;
 2. the code and bindings that run used are unchanged -- binding guards,
    collected by WATCHING the recording run (watch.py: sys.monitoring on
-   3.12+, a chained profile hook on 3.11), not by static analysis: the
+   3.12+, a trace or chained profile hook on 3.11), not by static analysis: the
    __code__, defaults and closure cells of every Python function that ran,
    the globals and module/class attributes their code names, the class
    attribute a method was found under, attributes of the objects f reached
