@@ -32,8 +32,10 @@ from ..trace.hessian import HessianTape, Parts
 from ..trace.recording import gc_paused
 from ..runtime.compiled import CompiledTape
 from ..errors import BranchChanged, InputError, StaleTape
+from . import forward
 from .functional import is_tracked, regroup, track_arg
 from ..trace.tape import Tape
+from ..trace.tracked import value as rt_value
 from .grad import MAX_VARIANTS, StaleTapeWarning, _pre_snapshots, _Watcher, collect_guards
 from ..trace.watch import RandomDrawWarning
 
@@ -153,6 +155,8 @@ class CachedTransform:
             if not args:
                 raise TypeError(f"rt.{self.kind}(f) is called as rt.{self.kind}(f)(x, v, *args)")
             v, args = args[0], args[1:]
+            if self.kind == "jvp" and forward.needs_tracing(x, v, args, kwargs):
+                return self._traced_jvp(x, v, args, kwargs)
         if type(x) is np.ndarray and not args and not kwargs:
             key = (x.shape, x.dtype.char)          # the common case, keyed in a few ns
         else:
@@ -186,6 +190,24 @@ class CachedTransform:
                 self._stats["replays"] += 1
                 return res
         return self._record(key, x, v, args, kwargs)
+
+    def _traced_jvp(self, x, v, args, kwargs):
+        """rt.jvp(f)(x, v, *args) inside another transform's recording: recorded
+        onto that tape (forward.py), nothing cached.  Tracked extra arguments
+        are primals with zero tangents, so the outer transform sees them."""
+        fun, args = self.fun, list(args)
+        pos = [i for i, a in enumerate(args) if forward.needs_tracing(a)]
+
+        def g(x, *tracked):
+            for i, a in zip(pos, tracked):
+                args[i] = a
+            return fun(x, *args, **kwargs)
+
+        extra = tuple(args[i] for i in pos)
+        zeros = tuple(pytree.unflatten(pytree.flatten(a)[1], [
+            0.0 if np.ndim(rt_value(leaf)) == 0 else np.zeros(np.shape(rt_value(leaf)))
+            for leaf in pytree.flatten(a)[0]]) for a in extra)
+        return forward.traced_jvp(g, (x, *extra), (v, *zeros))
 
     def _key(self, x, args, kwargs):
         leaves, td = pytree.flatten(x)
@@ -339,8 +361,13 @@ def jvp(f, primals=None, tangents=None):
     is the cached transform: rt.jvp(f)(x, v) -> (f(x), J v)."""
     if primals is None:
         return CachedTransform(f, "jvp")
+    if not isinstance(primals, (tuple, list)):
+        raise InputError("primals must be a tuple (or list) of arguments, as in jax.jvp")
     if not isinstance(tangents, (tuple, list)) or len(tangents) != len(primals):
         raise InputError("tangents must be a tuple with one tangent per primal, as in jax.jvp")
+    if forward.needs_tracing(tuple(primals), tuple(tangents)):
+        # inside another transform's recording: the tangent is recorded too
+        return forward.traced_jvp(f, tuple(primals), tuple(tangents))
     tape, layout, leaves = _record_primals(f, primals)
     ctape = CompiledTape(tape)
     tleaves = []
