@@ -5,7 +5,11 @@ trace/recording.py (GradientTape, JacobianTape) and trace/hessian.py
 (HessianTape).
 """
 
+import functools
 import sys
+
+from ..errors import UnsupportedError
+from . import outputs
 
 from ..trace.hessian import HessianTape
 from ..trace.recording import GradientTape, JacobianTape, _once
@@ -51,7 +55,22 @@ def jacobian(f, x=None, out=None):
         return _transform(f, "jacobian", x)
     if _tape_like(f):
         return f.jacobian(x, out)
-    return _once(JacobianTape, f, x).jacobian(x, out)
+    specs = []
+
+    @functools.wraps(f)          # the signature too: call_with reads it
+    def packed(*args):
+        flat, spec = outputs.pack(f(*args))
+        specs.append(spec)
+        return flat
+
+    tape = _once(JacobianTape, packed, x)
+    if specs and specs[0] is not None:
+        # f returned a container: its structure of Jacobians (outputs.py)
+        if out is not None:
+            raise UnsupportedError("jacobian(out=...) takes arrays; for a function returning "
+                                   "a container call it without out=")
+        return outputs.unpack_jacobian(specs[0], tape.jacobian(x), tape._treedef)
+    return tape.jacobian(x, out)
 
 
 def hessian(f, x=None, out=None):

@@ -32,7 +32,7 @@ from ..trace.hessian import HessianTape, Parts
 from ..trace.recording import gc_paused
 from ..runtime.compiled import CompiledTape
 from ..errors import BranchChanged, InputError, StaleTape
-from . import forward
+from . import forward, outputs
 from .functional import is_tracked, regroup, track_arg
 from ..trace.tape import Tape
 from ..trace.tracked import value as rt_value
@@ -241,7 +241,10 @@ class CachedTransform:
         # f runs outside the lock (it may call this transform itself); the
         # cache is changed under it, by replacing an entry's list whole, so a
         # thread iterating the old list never sees it change
-        ctape, guards, draws = self._build(x, args, kwargs)
+        ctape, guards, draws, shape = self._build(x, args, kwargs)
+        replay = self._replay
+        if shape is not None and shape[0] is not None:
+            replay = self._unpacking(*shape)
         if draws:
             # f draws random numbers: a cached program would replay them as
             # constants, so nothing is cached and every call records afresh
@@ -251,8 +254,10 @@ class CachedTransform:
                               "(f) records it on every call so that each call draws afresh "
                               "(correct, but not compiled). Pass the noise in as an argument",
                               RandomDrawWarning, stacklevel=3)
-            return self._replay(ctape, x, v)
-        var = _Variant(ctape, guards.compiled_check(), self._make_run)
+            return replay(ctape, x, v)
+        make_run = self._make_run if replay is self._replay else (
+            lambda ctape: lambda x, v: replay(ctape, x, v))
+        var = _Variant(ctape, guards.compiled_check(), make_run)
         with self._lock:
             variants = self._cache.get(key, [])
             if len(variants) >= MAX_VARIANTS:
@@ -266,7 +271,18 @@ class CachedTransform:
             warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
                           "(its branches keep changing); the oldest are dropped",
                           StaleTapeWarning, stacklevel=3)
-        return self._replay(ctape, x, v)
+        return replay(ctape, x, v)
+
+    def _unpacking(self, spec, x_treedef):
+        """The replay of a variant whose f returns a container (outputs.py)."""
+        if self.kind == "jacobian":
+            return lambda ctape, x, v: outputs.unpack_jacobian(spec, ctape.jacobian(x), x_treedef)
+        if self.kind == "jvp":
+            def replay_jvp(ctape, x, v):
+                y, ydot = _jvp_with_value(ctape, x, v)
+                return outputs.unpack(spec, y), outputs.unpack(spec, ydot)
+            return replay_jvp
+        return self._replay
 
     def _build(self, x, args, kwargs):
         fun = self.fun
@@ -288,6 +304,9 @@ class CachedTransform:
                 tape._treedef = td
         with gc_paused():
             out = watcher.run(fun, tx, *args, **kwargs)
+        spec = None
+        if not second_order:
+            out, spec = outputs.pack(out)
         tape.finish(out)
         guards = collect_guards(fun, watcher, pre, (x, *args), kwargs)
         draws = watcher.draw_report() if getattr(watcher, "draws", None) else None
@@ -295,8 +314,8 @@ class CachedTransform:
             tape._scalar_output()
             htape = HessianTape._from_tape(tape)
             htape._parts = parts
-            return CompiledTape(htape), guards, draws
-        return CompiledTape(tape), guards, draws
+            return CompiledTape(htape), guards, draws, None
+        return CompiledTape(tape), guards, draws, (spec, td if td.kind is not None else None)
 
     # ------------------------------------------------ copy and pickle
     # A copy starts with an empty cache (it records on its first call): the
@@ -338,6 +357,7 @@ def _record_primals(f, primals):
     targs = [track_arg(tape, p) for p in primals]
     with gc_paused():
         out = f(*targs)
+    out, spec = outputs.pack(out)
     tape.finish(out)
     layout = []
     for p in primals:
@@ -348,7 +368,7 @@ def _record_primals(f, primals):
             layout.append(None)
     leaves = [leaf for p in primals for leaf in (pytree.flatten(p)[0] if pytree.is_container(p)
                                                  else [p])]
-    return tape, layout, leaves
+    return tape, layout, leaves, spec
 
 
 def _flat_arg(leaves):
@@ -368,13 +388,15 @@ def jvp(f, primals=None, tangents=None):
     if forward.needs_tracing(tuple(primals), tuple(tangents)):
         # inside another transform's recording: the tangent is recorded too
         return forward.traced_jvp(f, tuple(primals), tuple(tangents))
-    tape, layout, leaves = _record_primals(f, primals)
+    tape, layout, leaves, spec = _record_primals(f, primals)
     ctape = CompiledTape(tape)
     tleaves = []
     for t, e in zip(tangents, layout):
         tleaves.extend(pytree.leaves_of(e[0], t, "tangent") if e is not None else [t])
     ydot = ctape._jvp_flat(_flat_arg(leaves), _flat_arg(tleaves))
     out = tape.values[tape.output_id]
+    if spec is not None:
+        return outputs.unpack(spec, out), outputs.unpack(spec, ydot)
     shape = ctape._program.out_shape
     return out, (float(ydot[0]) if shape == () else ydot.reshape(shape))
 
@@ -382,14 +404,20 @@ def jvp(f, primals=None, tangents=None):
 def vjp(f, *primals):
     """rt.vjp(f, *primals) -> (f(*primals), vjp_fun), as jax.vjp: vjp_fun(w)
     returns a tuple with one cotangent per primal (shaped like it: pytrees
-    too), each call one reverse sweep in C at the recorded primals."""
-    tape, layout, leaves = _record_primals(f, primals)
+    too), each call one reverse sweep in C at the recorded primals.  f may
+    return a pytree (tuple, list, dict of arrays of any shapes): then w has
+    that structure."""
+    tape, layout, leaves, spec = _record_primals(f, primals)
     ctape = CompiledTape(tape)
     out = tape.values[tape.output_id]
     x = _flat_arg(leaves)
     lock = threading.Lock()
+    if spec is not None:
+        out = outputs.unpack(spec, out)
 
     def vjp_fun(w):
+        if spec is not None:
+            w = outputs.flat_cotangent(spec, w)
         with lock:                          # the closure's program is one object
             g = ctape.vjp(x, w)
         return regroup(g, layout)
