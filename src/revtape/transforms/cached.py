@@ -31,7 +31,7 @@ from ..core import pytree
 from ..trace.hessian import HessianTape, Parts
 from ..trace.recording import gc_paused
 from ..runtime.compiled import CompiledTape
-from ..errors import BranchChanged, InputError, StaleTape
+from ..errors import BranchChanged, InputError, StaleTape, TapeMixError
 from . import forward, outputs
 from .functional import is_tracked, regroup, track_arg
 from ..trace.tape import Tape
@@ -355,8 +355,14 @@ def _record_primals(f, primals):
         raise InputError("primals must be a tuple (or list) of arguments, as in jax.jvp")
     tape = Tape()
     targs = [track_arg(tape, p) for p in primals]
-    with gc_paused():
-        out = f(*targs)
+    try:
+        with gc_paused():
+            out = f(*targs)
+    except TapeMixError as e:
+        raise TapeMixError(f"{e}. A function given to rt.jvp or rt.vjp inside another "
+                           "transform's recording must take the values it differentiates as "
+                           "primals, not read the outer function's tracked values from a "
+                           "closure") from None
     out, spec = outputs.pack(out)
     tape.finish(out)
     layout = []
