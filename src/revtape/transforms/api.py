@@ -50,7 +50,8 @@ def _transform(f, kind, x):
 
 def jacobian(f, x=None, out=None):
     """Jacobian of f at x, shaped output.shape + input.shape.  Without x, the
-    cached, compiled, guarded transform: rt.jacobian(f)(x)."""
+    cached, compiled, guarded transform: rt.jacobian(f)(x).  For an f
+    returning a pytree (tuple, list, dict), that structure of Jacobians."""
     if x is None:
         return _transform(f, "jacobian", x)
     if _tape_like(f):

@@ -384,7 +384,10 @@ def _flat_arg(leaves):
 def jvp(f, primals=None, tangents=None):
     """rt.jvp(f, primals, tangents) -> (f(*primals), J tangents), as jax.jvp: f
     recorded at primals and one tangent sweep in C.  rt.jvp(f) without primals
-    is the cached transform: rt.jvp(f)(x, v) -> (f(x), J v)."""
+    is the cached transform: rt.jvp(f)(x, v) -> (f(x), J v).  At tracked
+    primals or tangents (inside rt.grad, rt.jvp, ...) the tangent is recorded
+    onto their tape, so the transforms compose to any order.  f may return a
+    pytree: the value and the tangent then have its structure."""
     if primals is None:
         return CachedTransform(f, "jvp")
     if not isinstance(primals, (tuple, list)):
