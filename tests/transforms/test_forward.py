@@ -210,3 +210,41 @@ def test_errors():
         rt.grad(lambda x: np.sum(rt.jvp(np.sin, (x,), (np.ones(2),))[1]))(X)
     with pytest.raises(rt.TapeMixError, match="closure"):
         rt.grad(lambda y: rt.jvp(lambda x: x * y, (1.0,), (1.0,))[1])(2.0)
+
+
+def _quartic_jvp():
+    """f = sum x^4: d/dx (J v) = 12 x^2 v, and its Hessian diag(24 x v)."""
+    v = np.array([1.0, 2.0])
+    return (lambda x: rt.jvp(lambda y: np.sum(y ** 4), (x,), (v,))[1]), np.array([0.3, -0.2]), v
+
+
+def test_hessian_of_a_jvp():
+    # a HessianTape of the recorded tangent: third derivatives
+    jv, x, v = _quartic_jvp()
+    np.testing.assert_allclose(rt.hessian(jv)(x), np.diag(24 * x * v), rtol=1e-12)
+    np.testing.assert_allclose(rt.HessianTape(jv, x).hessian(2 * x), np.diag(48 * x * v),
+                               rtol=1e-12)
+
+
+@pytest.mark.slow          # a native build: a C compiler run
+def test_native_tier_of_a_jvp():
+    # the recorded tangent lowers to native C like any tape
+    jv, x, v = _quartic_jvp()
+    tape = rt.GradientTape(jv, x)
+    nt, vm = rt.compile(tape, native=True), rt.compile(tape, native=False)
+    x1 = 2 * x
+    np.testing.assert_allclose(nt.gradient(x1), 12 * x1 ** 2 * v, rtol=1e-12)
+    np.testing.assert_array_equal(nt.gradient(x1), vm.gradient(x1))
+    np.testing.assert_allclose(nt.hvp(x1, v), 24 * x1 * v * v, rtol=1e-12)
+
+
+def test_identity_and_constant_outputs():
+    v = np.array([1.0, 2.0])
+    x = np.array([0.3, -0.2])
+    # the identity's tangent is the tangent itself (here tracked: x)
+    g = rt.grad(lambda x: np.sum(rt.jvp(lambda y: y, (x,), (x,))[1] * v))(x)
+    np.testing.assert_allclose(g, v)
+    # a constant output has a zero tangent, in the output's structure
+    (y, c), (yd, cd) = rt.jvp(lambda x: rt.jvp(lambda y: (y, 2.0), (x,), (v,))[0], (x,), (v,))
+    np.testing.assert_allclose(yd, v)
+    assert c == 2.0 and cd == 0.0
