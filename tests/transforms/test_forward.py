@@ -248,3 +248,21 @@ def test_identity_and_constant_outputs():
     (y, c), (yd, cd) = rt.jvp(lambda x: rt.jvp(lambda y: (y, 2.0), (x,), (v,))[0], (x,), (v,))
     np.testing.assert_allclose(yd, v)
     assert c == 2.0 and cd == 0.0
+
+
+def test_vjp_nests():
+    # rt.vjp at tracked primals records its sweep: d/dx (w^T J(x) u) for
+    # f = sin(A x) is A^T (w * -sin(A x) * (A u)); and a tracked cotangent
+    f = lambda x: np.sin(A @ x)
+    w = np.array([1.0, -2.0])
+    want = A.T @ (w * -np.sin(A @ X) * (A @ U))
+    np.testing.assert_allclose(rt.grad(lambda x: rt.vjp(f, x)[1](w)[0] @ U)(X), want,
+                               rtol=1e-12)
+    np.testing.assert_allclose(rt.jvp(lambda x: rt.vjp(f, x)[1](w)[0], (X,), (U,))[1], want,
+                               rtol=1e-12)
+    np.testing.assert_allclose(rt.grad(lambda w: rt.vjp(f, X)[1](w)[0] @ U)(w),
+                               np.cos(A @ X) * (A @ U), rtol=1e-12)
+    # a container output at tracked primals
+    g = rt.grad(lambda x: rt.vjp(lambda y: {"a": np.sum(y ** 2), "b": y}, x)[1](
+        {"a": 1.0, "b": U})[0] @ U)(X)
+    np.testing.assert_allclose(g, 2 * U, rtol=1e-12)

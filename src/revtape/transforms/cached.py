@@ -415,7 +415,10 @@ def vjp(f, *primals):
     returns a tuple with one cotangent per primal (shaped like it: pytrees
     too), each call one reverse sweep in C at the recorded primals.  f may
     return a pytree (tuple, list, dict of arrays of any shapes): then w has
-    that structure."""
+    that structure.  At tracked primals (inside another transform's
+    recording), or for a tracked w, the sweep is recorded onto their tape."""
+    if forward.needs_tracing(tuple(primals)):
+        return forward.traced_vjp(f, tuple(primals))
     tape, layout, leaves, spec = _record_primals(f, primals)
     ctape = CompiledTape(tape)
     out = tape.values[tape.output_id]
@@ -425,6 +428,9 @@ def vjp(f, *primals):
         out = outputs.unpack(spec, out)
 
     def vjp_fun(w):
+        if forward.needs_tracing(w):
+            # a tracked cotangent: its sweep must be recorded, not run in C
+            return forward.traced_vjp(f, tuple(primals))[1](w)
         if spec is not None:
             w = outputs.flat_cotangent(spec, w)
         with lock:                          # the closure's program is one object

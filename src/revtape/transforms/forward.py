@@ -1,5 +1,6 @@
 """Forward mode on tracked values: rt.jvp called while another transform
-records (rt.grad of a jvp, a jvp of a jvp, a jvp of rt.grad of a jvp, ...).
+records (rt.grad of a jvp, a jvp of a jvp, a jvp of rt.grad of a jvp, ...),
+and rt.vjp likewise (traced_vjp: its reverse sweep recorded the same way).
 
 At plain values rt.jvp runs the VM's tangent sweep (cached.py).  When its
 primals or tangents are tracked, the tangent must itself be recorded onto
@@ -87,8 +88,8 @@ def _flat_args(primals, tangents):
 def _outer_tape(leaves):
     tapes = {id(v._tape): v._tape for v in leaves if _tracked(v)}
     if len(tapes) > 1:
-        raise TapeMixError("rt.jvp was called with tracked values of two tapes")
-    return next(iter(tapes.values()))
+        raise TapeMixError("rt.jvp or rt.vjp was called with tracked values of two tapes")
+    return next(iter(tapes.values()), None)
 
 
 def _tangent(t, p):
@@ -117,66 +118,91 @@ def _add_seed(seeds, nid, s):
     seeds[nid] = s if prev is None else ops.P.add(prev, s)
 
 
+class _Replayed:
+    """f recorded on a fresh tape at the primals' plain values, and its forward
+    pass run again on the outer tape's values: env maps the fresh tape's node
+    ids to outer values (tracked where they depend on tracked primals)."""
+
+    def __init__(self, f, pl, layout, outer):
+        inner = self.inner = Tape()
+        nodes = self.nodes = [inner.track(_plain(p)) for p in pl]
+        args, k = [], 0
+        for td in layout:
+            if td is None:
+                args.append(nodes[k])
+                k += 1
+            else:
+                args.append(pytree.unflatten(td, nodes[k:k + td.n_leaves]))
+                k += td.n_leaves
+        try:
+            with gc_paused():
+                out = f(*args)
+        except TapeMixError as e:
+            raise TapeMixError(f"{e}. A function given to rt.jvp or rt.vjp inside another "
+                               "transform's recording must take the values it differentiates "
+                               "as primals, not read the outer function's tracked values from "
+                               "a closure") from None
+        inner.finish(0.0)
+        env = self.env = list(inner.values)
+        for node, p in zip(nodes, pl):
+            env[node._id] = p if _tracked(p) else inner.values[node._id]
+        for op, o, ids, params in inner.instructions:
+            if op is _GUARD:
+                a, b = env[ids[0]], env[ids[1]]
+                if _tracked(a) or _tracked(b):
+                    outer.copy_guard(a, b, params)
+                continue
+            env[o] = ops.apply(op, [env[i] for i in ids], params)
+        active = self.active = {n._id for n in nodes}
+        for op, o, ids, params in inner.instructions:
+            if o >= 0 and op.diff and any(i in active for i in ids):
+                active.add(o)
+        self.out_leaves, self.out_td = pytree.flatten(out)
+        # per output leaf: its fresh-tape node id where it depends on a primal
+        self.out_ids = [v._id if _tracked(v) and v._tape is inner and v._id in active else None
+                        for v in self.out_leaves]
+
+    def value(self):
+        """f's value in its output structure, on the outer tape."""
+        vals = []
+        for v in self.out_leaves:
+            vals.append(self.env[v._id] if _tracked(v) and v._tape is self.inner else v)
+        return pytree.unflatten(self.out_td, vals)
+
+    def shape(self, nid):
+        return shape_of(self.inner.values[nid])
+
+    def vjp(self, seeds):
+        """{fresh node id: adjoint} of one reverse sweep from {output id: seed}."""
+        return backprop(self.inner.instructions, self.env, None, seeds, self.active) if seeds \
+            else {}
+
+
 def traced_jvp(f, primals, tangents):
     """(f(*primals), J tangents), both in f's output structure, recorded onto
     the tape that the tracked primals or tangents belong to."""
     pl, tl, layout = _flat_args(primals, tangents)
     outer = _outer_tape(pl + tl)
     tl = [_tangent(t, p) for t, p in zip(tl, pl)]
-    inner = Tape()
-    nodes = [inner.track(_plain(p)) for p in pl]
-    args, k = [], 0
-    for td in layout:
-        if td is None:
-            args.append(nodes[k])
-            k += 1
-        else:
-            args.append(pytree.unflatten(td, nodes[k:k + td.n_leaves]))
-            k += td.n_leaves
-    try:
-        with gc_paused():
-            out = f(*args)
-    except TapeMixError as e:
-        raise TapeMixError(f"{e}. A function given to rt.jvp inside another transform's "
-                           "recording must take the values it differentiates as primals, not "
-                           "read the outer function's tracked values from a closure") from None
-    inner.finish(0.0)
-    # f's forward pass again, on the outer tape's values
-    env = list(inner.values)
-    for node, p in zip(nodes, pl):
-        env[node._id] = p if _tracked(p) else inner.values[node._id]
-    for op, o, ids, params in inner.instructions:
-        if op is _GUARD:
-            a, b = env[ids[0]], env[ids[1]]
-            if _tracked(a) or _tracked(b):
-                outer.copy_guard(a, b, params)
-            continue
-        env[o] = ops.apply(op, [env[i] for i in ids], params)
-    active = {n._id for n in nodes}
-    for op, o, ids, params in inner.instructions:
-        if o >= 0 and op.diff and any(i in active for i in ids):
-            active.add(o)
-
-    out_leaves, out_td = pytree.flatten(out)
-    out_ids = [v._id if _tracked(v) and v._tape is inner and v._id in active else None
-               for v in out_leaves]
+    r = _Replayed(f, pl, layout, outer)
+    nodes, out_ids = r.nodes, r.out_ids
     # the stand-in cotangents, one per differentiable output leaf
     ws, seeds = {}, {}
     for oid in out_ids:
         if oid is not None and oid not in ws:
-            nid = outer._const(_zeros(shape_of(inner.values[oid])))
+            nid = outer._const(_zeros(r.shape(oid)))
             zero = _HANDLES.wrap(outer, nid, outer.values[nid])
             ws[oid] = ops.P.copy(zero)
             seeds[oid] = ws[oid]
     start = len(outer.instructions)
-    vjp = backprop(inner.instructions, env, None, seeds, active) if seeds else {}
+    vjp = r.vjp(seeds)
     # the tangent seeds of the second sweep sit on the VJP's results
     seeds2 = {}
     for node, t in zip(nodes, tl):
         g = vjp.get(node._id)
         if g is None or not _tracked(g) or g._tape is not outer:
             continue            # an input the output does not depend on
-        g = _fit(g, shape_of(inner.values[node._id]))
+        g = _fit(g, r.shape(node._id))
         _add_seed(seeds2, g._id, t)
     instrs = outer.instructions
     instrs = [instrs[k] for k in range(start, len(instrs))]
@@ -187,17 +213,44 @@ def traced_jvp(f, primals, tangents):
             active2.add(o)
     jt = backprop(instrs, _Env(outer), None, seeds2, active2) if seeds2 else {}
 
-    values, dots = [], []
-    for v, oid in zip(out_leaves, out_ids):
+    dots = []
+    for v, oid in zip(r.out_leaves, out_ids):
         if oid is not None:
-            shape = shape_of(inner.values[oid])
-            values.append(env[oid])
             d = jt.get(ws[oid]._id)
-            dots.append(_zeros(shape) if d is None else _fit(d, shape))
-            continue
-        if _tracked(v) and v._tape is inner:
-            values.append(env[v._id])          # computed from constants only
+            dots.append(_zeros(r.shape(oid)) if d is None else _fit(d, r.shape(oid)))
         else:
-            values.append(v)
-        dots.append(_zeros(np.shape(_plain(values[-1]))))
-    return pytree.unflatten(out_td, values), pytree.unflatten(out_td, dots)
+            dots.append(_zeros(np.shape(_plain(v))))
+    return r.value(), pytree.unflatten(r.out_td, dots)
+
+
+def traced_vjp(f, primals):
+    """(f(*primals), vjp_fun) with primals tracked on a recording tape: each
+    vjp_fun(w) records its reverse sweep onto that tape (w may be tracked too)."""
+    pl, _, layout = _flat_args(primals, primals)
+    outer = _outer_tape(pl)
+    r = _Replayed(f, pl, layout, outer)
+
+    def vjp_fun(w):
+        try:
+            w_leaves = pytree.leaves_of(r.out_td, w, "cotangent")
+        except InputError:
+            raise InputError(f"the cotangent must have the function's output structure, "
+                             f"{r.out_td}; got {pytree.flatten(w)[1]}") from None
+        seeds = {}
+        for oid, wl in zip(r.out_ids, w_leaves):
+            if oid is not None:
+                _add_seed(seeds, oid, _tangent(wl, r.inner.values[oid]))
+        adj = r.vjp(seeds)
+        grads = []
+        for node in r.nodes:
+            g = adj.get(node._id)
+            shape = r.shape(node._id)
+            grads.append(_zeros(shape) if g is None else _fit(g, shape))
+        out, k = [], 0
+        for td in layout:
+            n = 1 if td is None else td.n_leaves
+            out.append(grads[k] if td is None else pytree.unflatten(td, grads[k:k + n]))
+            k += n
+        return tuple(out)
+
+    return r.value(), vjp_fun
