@@ -266,3 +266,29 @@ def test_vjp_nests():
     g = rt.grad(lambda x: rt.vjp(lambda y: {"a": np.sum(y ** 2), "b": y}, x)[1](
         {"a": 1.0, "b": U})[0] @ U)(X)
     np.testing.assert_allclose(g, 2 * U, rtol=1e-12)
+
+
+def _hess_dir(u):
+    """d/du of the analytic Hessian of h at X, by central differences."""
+    return (h_hess(X + 1e-5 * u) - h_hess(X - 1e-5 * u)) / 2e-5
+
+
+def test_cached_transforms_inside_a_recording():
+    # rt.hessian(f), rt.hvp(f), rt.jacobian(f) called at tracked values record
+    # onto the outer tape instead of refusing them
+    np.testing.assert_allclose(rt.jvp(rt.hessian(h), (X,), (U,))[1], _hess_dir(U), atol=1e-7)
+    np.testing.assert_allclose(rt.jvp(lambda x: rt.hvp(h)(x, V), (X,), (U,))[1],
+                               _hess_dir(U) @ V, atol=1e-7)
+    np.testing.assert_allclose(rt.grad(lambda x: rt.hvp(h)(x, V) @ U)(X), _hess_dir(U) @ V,
+                               atol=1e-7)
+    f = lambda x: np.sin(A @ x)
+    J2 = rt.jacobian(rt.jacobian(f))(X)
+    np.testing.assert_allclose(J2, np.einsum("i,ij,ik->ijk", -np.sin(A @ X), A, A), atol=1e-15)
+    d = rt.jacobian(lambda x: rt.jacobian(lambda y: {"a": np.sin(y), "b": np.sum(y)})(x)["a"])(X)
+    np.testing.assert_allclose(d, np.einsum("ij,jk->ijk", np.diag(-np.sin(X)), np.eye(3)))
+
+
+def test_cached_jvp_tracked_tangent_only():
+    f = lambda x: np.sin(A @ x)
+    J = np.cos(A @ X)[:, None] * A
+    np.testing.assert_allclose(rt.jacobian(lambda v: rt.jvp(f)(X, v)[1])(V), J, rtol=1e-12)

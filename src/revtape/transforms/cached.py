@@ -36,7 +36,7 @@ from . import forward, outputs
 from .functional import is_tracked, regroup, track_arg
 from ..trace.tape import Tape
 from ..trace.tracked import value as rt_value
-from .grad import MAX_VARIANTS, StaleTapeWarning, _pre_snapshots, _Watcher, collect_guards
+from .grad import MAX_VARIANTS, grad, StaleTapeWarning, _pre_snapshots, _Watcher, collect_guards
 from ..trace.watch import RandomDrawWarning
 
 KINDS = ("jacobian", "hessian", "hvp", "jvp")
@@ -155,8 +155,10 @@ class CachedTransform:
             if not args:
                 raise TypeError(f"rt.{self.kind}(f) is called as rt.{self.kind}(f)(x, v, *args)")
             v, args = args[0], args[1:]
-            if self.kind == "jvp" and forward.needs_tracing(x, v, args, kwargs):
-                return self._traced_jvp(x, v, args, kwargs)
+        plain = type(x) is np.ndarray and not args and not kwargs and (
+            v is None or type(v) is np.ndarray)      # plain arrays: never tracked
+        if not plain and forward.needs_tracing(x, v, args, kwargs):
+            return self._traced(x, v, args, kwargs)
         if type(x) is np.ndarray and not args and not kwargs:
             key = (x.shape, x.dtype.char)          # the common case, keyed in a few ns
         else:
@@ -191,10 +193,11 @@ class CachedTransform:
                 return res
         return self._record(key, x, v, args, kwargs)
 
-    def _traced_jvp(self, x, v, args, kwargs):
-        """rt.jvp(f)(x, v, *args) inside another transform's recording: recorded
-        onto that tape (forward.py), nothing cached.  Tracked extra arguments
-        are primals with zero tangents, so the outer transform sees them."""
+    def _traced(self, x, v, args, kwargs):
+        """The transform called inside another transform's recording (x, v or
+        an argument tracked): recorded onto that tape (forward.py), nothing
+        cached.  Tracked extra arguments are primals with zero tangents, so
+        the outer transform differentiates through them too."""
         fun, args = self.fun, list(args)
         pos = [i for i, a in enumerate(args) if forward.needs_tracing(a)]
 
@@ -207,7 +210,14 @@ class CachedTransform:
         zeros = tuple(pytree.unflatten(pytree.flatten(a)[1], [
             0.0 if np.ndim(rt_value(leaf)) == 0 else np.zeros(np.shape(rt_value(leaf)))
             for leaf in pytree.flatten(a)[0]]) for a in extra)
-        return forward.traced_jvp(g, (x, *extra), (v, *zeros))
+        if self.kind == "jvp":
+            return forward.traced_jvp(g, (x, *extra), (v, *zeros))
+        if self.kind == "jacobian":
+            return forward.traced_jacobian(g, x, extra)
+        gradient = grad(g)                    # traced too: its arguments are tracked
+        if self.kind == "hessian":
+            return forward.traced_jacobian(gradient, x, extra)
+        return forward.traced_jvp(gradient, (x, *extra), (v, *zeros))[1]     # hvp
 
     def _key(self, x, args, kwargs):
         leaves, td = pytree.flatten(x)

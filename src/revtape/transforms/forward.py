@@ -254,3 +254,42 @@ def traced_vjp(f, primals):
         return tuple(out)
 
     return r.value(), vjp_fun
+
+
+def _stack(items, inner_shape, shape):
+    """The items (each inner_shape, tracked or plain) stacked and shaped `shape`."""
+    if not items:
+        return np.zeros(shape)
+    if not any(_tracked(v) for v in items):
+        out = np.array([np.asarray(v, dtype=np.float64) for v in items]).reshape(shape)
+        return float(out) if shape == () else out
+    one = (1,) + inner_shape
+    pieces = [ops.P.reshape(v, shape=one) if _tracked(v) else np.reshape(v, one) for v in items]
+    flat = pieces[0] if len(pieces) == 1 else ops.P.concat(*pieces, axis=0)
+    return ops.P.reshape(flat, shape=shape)
+
+
+def traced_jacobian(f, x, extra=()):
+    """The Jacobian of f(x, *extra) with respect to x, recorded onto the tape x
+    (or an extra argument) is tracked on: one recorded reverse sweep per output
+    element, in f's output structure of Jacobians shaped leaf.shape + x.shape
+    (x's structure of those for a pytree x)."""
+    y, vjp_fun = traced_vjp(f, (x, *extra))
+    out_leaves, out_td = pytree.flatten(y)
+    x_td = pytree.flatten(x)[1] if pytree.is_container(x) else None
+    x_shapes = [np.shape(_plain(v)) for v in (pytree.flatten(x)[0] if x_td else [x])]
+    out_shapes = [np.shape(_plain(v)) for v in out_leaves]
+    blocks = []
+    for k, oshape in enumerate(out_shapes):
+        rows = []
+        for e in range(int(np.prod(oshape, dtype=np.int64))):
+            w = [_zeros(s) for s in out_shapes]
+            seed = np.zeros(int(np.prod(oshape, dtype=np.int64)))
+            seed[e] = 1.0
+            w[k] = float(seed[0]) if oshape == () else seed.reshape(oshape)
+            gx = vjp_fun(pytree.unflatten(out_td, w))[0]
+            rows.append(pytree.flatten(gx)[0] if x_td else [gx])
+        per_x = [_stack([r[j] for r in rows], xs, tuple(oshape) + tuple(xs))
+                 for j, xs in enumerate(x_shapes)]
+        blocks.append(pytree.unflatten(x_td, per_x) if x_td else per_x[0])
+    return pytree.unflatten(out_td, blocks)
