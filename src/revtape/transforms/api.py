@@ -56,6 +56,8 @@ def jacobian(f, x=None, out=None):
         return _transform(f, "jacobian", x)
     if _tape_like(f):
         return f.jacobian(x, out)
+    if not callable(f):
+        return _once(JacobianTape, f, x)          # refuses it, saying what to pass
     specs = []
 
     @functools.wraps(f)          # the signature too: call_with reads it
