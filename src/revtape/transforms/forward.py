@@ -31,6 +31,7 @@ from ..trace.recording import gc_paused
 from ..trace.replay import backprop
 from ..trace.tape import _HANDLES, Tape
 from ..trace.values import check_input, shape_of
+from .functional import _holds_tracked
 
 _GUARD = ops.OPS["guard"]
 
@@ -45,12 +46,20 @@ def _plain(v):
 
 
 def needs_tracing(*trees):
-    """True when a leaf of one of the trees is tracked: rt.jvp must record."""
+    """True when a leaf of one of the trees is tracked: the transform must
+    record.  Called on every cached-transform call with arguments, so the
+    trees are scanned by functional's cheap walk (floats, arrays, tuples,
+    lists, dicts); a registered pytree node is flattened."""
     for tree in trees:
-        leaves = pytree.flatten(tree)[0] if pytree.is_container(tree) else [tree]
-        if any(getattr(v, "_is_tracked", False) for v in leaves):
+        if _holds_tracked(tree, 0):
+            return True
+        if type(tree) not in _BUILTIN and pytree._node(tree) is not None and any(
+                getattr(v, "_is_tracked", False) for v in pytree.flatten(tree)[0]):
             return True
     return False
+
+
+_BUILTIN = frozenset((np.ndarray, float, int, tuple, list, dict, type(None)))
 
 
 class _Env:
