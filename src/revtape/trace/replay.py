@@ -250,9 +250,10 @@ def backprop(instrs, vals, out_id, seed, active):
 
     Works on plain values (reference replay) and on tracked values (recording
     the reverse pass onto another tape).  Unbroadcasting happens here, once
-    for every op.
+    for every op.  With out_id None, seed is a dict {node id: seed}: several
+    outputs swept at once (a pytree output's leaves).
     """
-    adj = {out_id: seed}
+    adj = dict(seed) if out_id is None else {out_id: seed}
     add = ops.P.add
     # Scalar reads x[i] of one array, deferred until x's adjoint is complete
     # (at x's producer, or at the end for an input) and then added as ONE

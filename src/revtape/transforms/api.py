@@ -5,7 +5,11 @@ trace/recording.py (GradientTape, JacobianTape) and trace/hessian.py
 (HessianTape).
 """
 
+import functools
 import sys
+
+from ..errors import UnsupportedError
+from . import outputs
 
 from ..trace.hessian import HessianTape
 from ..trace.recording import GradientTape, JacobianTape, _once
@@ -46,12 +50,30 @@ def _transform(f, kind, x):
 
 def jacobian(f, x=None, out=None):
     """Jacobian of f at x, shaped output.shape + input.shape.  Without x, the
-    cached, compiled, guarded transform: rt.jacobian(f)(x)."""
+    cached, compiled, guarded transform: rt.jacobian(f)(x).  For an f
+    returning a pytree (tuple, list, dict), that structure of Jacobians."""
     if x is None:
         return _transform(f, "jacobian", x)
     if _tape_like(f):
         return f.jacobian(x, out)
-    return _once(JacobianTape, f, x).jacobian(x, out)
+    if not callable(f):
+        return _once(JacobianTape, f, x)          # refuses it, saying what to pass
+    specs = []
+
+    @functools.wraps(f)          # the signature too: call_with reads it
+    def packed(*args):
+        flat, spec = outputs.pack(f(*args))
+        specs.append(spec)
+        return flat
+
+    tape = _once(JacobianTape, packed, x)
+    if specs and specs[0] is not None:
+        # f returned a container: its structure of Jacobians (outputs.py)
+        if out is not None:
+            raise UnsupportedError("jacobian(out=...) takes arrays; for a function returning "
+                                   "a container call it without out=")
+        return outputs.unpack_jacobian(specs[0], tape.jacobian(x), tape._treedef)
+    return tape.jacobian(x, out)
 
 
 def hessian(f, x=None, out=None):

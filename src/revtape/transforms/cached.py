@@ -31,10 +31,12 @@ from ..core import pytree
 from ..trace.hessian import HessianTape, Parts
 from ..trace.recording import gc_paused
 from ..runtime.compiled import CompiledTape
-from ..errors import BranchChanged, InputError, StaleTape
+from ..errors import BranchChanged, InputError, StaleTape, TapeMixError
+from . import forward, outputs
 from .functional import is_tracked, regroup, track_arg
 from ..trace.tape import Tape
-from .grad import MAX_VARIANTS, StaleTapeWarning, _pre_snapshots, _Watcher, collect_guards
+from ..trace.tracked import value as rt_value
+from .grad import MAX_VARIANTS, grad, StaleTapeWarning, _pre_snapshots, _Watcher, collect_guards
 from ..trace.watch import RandomDrawWarning
 
 KINDS = ("jacobian", "hessian", "hvp", "jvp")
@@ -153,6 +155,10 @@ class CachedTransform:
             if not args:
                 raise TypeError(f"rt.{self.kind}(f) is called as rt.{self.kind}(f)(x, v, *args)")
             v, args = args[0], args[1:]
+        plain = type(x) is np.ndarray and not args and not kwargs and (
+            v is None or type(v) is np.ndarray)      # plain arrays: never tracked
+        if not plain and forward.needs_tracing(x, v, args, kwargs):
+            return self._traced(x, v, args, kwargs)
         if type(x) is np.ndarray and not args and not kwargs:
             key = (x.shape, x.dtype.char)          # the common case, keyed in a few ns
         else:
@@ -187,6 +193,32 @@ class CachedTransform:
                 return res
         return self._record(key, x, v, args, kwargs)
 
+    def _traced(self, x, v, args, kwargs):
+        """The transform called inside another transform's recording (x, v or
+        an argument tracked): recorded onto that tape (forward.py), nothing
+        cached.  Tracked extra arguments are primals with zero tangents, so
+        the outer transform differentiates through them too."""
+        fun, args = self.fun, list(args)
+        pos = [i for i, a in enumerate(args) if forward.needs_tracing(a)]
+
+        def g(x, *tracked):
+            for i, a in zip(pos, tracked):
+                args[i] = a
+            return fun(x, *args, **kwargs)
+
+        extra = tuple(args[i] for i in pos)
+        zeros = tuple(pytree.unflatten(pytree.flatten(a)[1], [
+            0.0 if np.ndim(rt_value(leaf)) == 0 else np.zeros(np.shape(rt_value(leaf)))
+            for leaf in pytree.flatten(a)[0]]) for a in extra)
+        if self.kind == "jvp":
+            return forward.traced_jvp(g, (x, *extra), (v, *zeros))
+        if self.kind == "jacobian":
+            return forward.traced_jacobian(g, x, extra)
+        gradient = grad(g)                    # traced too: its arguments are tracked
+        if self.kind == "hessian":
+            return forward.traced_jacobian(gradient, x, extra)
+        return forward.traced_jvp(gradient, (x, *extra), (v, *zeros))[1]     # hvp
+
     def _key(self, x, args, kwargs):
         leaves, td = pytree.flatten(x)
         shapes = []
@@ -219,7 +251,10 @@ class CachedTransform:
         # f runs outside the lock (it may call this transform itself); the
         # cache is changed under it, by replacing an entry's list whole, so a
         # thread iterating the old list never sees it change
-        ctape, guards, draws = self._build(x, args, kwargs)
+        ctape, guards, draws, shape = self._build(x, args, kwargs)
+        replay = self._replay
+        if shape is not None and shape[0] is not None:
+            replay = self._unpacking(*shape)
         if draws:
             # f draws random numbers: a cached program would replay them as
             # constants, so nothing is cached and every call records afresh
@@ -229,8 +264,10 @@ class CachedTransform:
                               "(f) records it on every call so that each call draws afresh "
                               "(correct, but not compiled). Pass the noise in as an argument",
                               RandomDrawWarning, stacklevel=3)
-            return self._replay(ctape, x, v)
-        var = _Variant(ctape, guards.compiled_check(), self._make_run)
+            return replay(ctape, x, v)
+        make_run = self._make_run if replay is self._replay else (
+            lambda ctape: lambda x, v: replay(ctape, x, v))
+        var = _Variant(ctape, guards.compiled_check(), make_run)
         with self._lock:
             variants = self._cache.get(key, [])
             if len(variants) >= MAX_VARIANTS:
@@ -244,7 +281,18 @@ class CachedTransform:
             warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
                           "(its branches keep changing); the oldest are dropped",
                           StaleTapeWarning, stacklevel=3)
-        return self._replay(ctape, x, v)
+        return replay(ctape, x, v)
+
+    def _unpacking(self, spec, x_treedef):
+        """The replay of a variant whose f returns a container (outputs.py)."""
+        if self.kind == "jacobian":
+            return lambda ctape, x, v: outputs.unpack_jacobian(spec, ctape.jacobian(x), x_treedef)
+        if self.kind == "jvp":
+            def replay_jvp(ctape, x, v):
+                y, ydot = _jvp_with_value(ctape, x, v)
+                return outputs.unpack(spec, y), outputs.unpack(spec, ydot)
+            return replay_jvp
+        return self._replay
 
     def _build(self, x, args, kwargs):
         fun = self.fun
@@ -266,6 +314,9 @@ class CachedTransform:
                 tape._treedef = td
         with gc_paused():
             out = watcher.run(fun, tx, *args, **kwargs)
+        spec = None
+        if not second_order:
+            out, spec = outputs.pack(out)
         tape.finish(out)
         guards = collect_guards(fun, watcher, pre, (x, *args), kwargs)
         draws = watcher.draw_report() if getattr(watcher, "draws", None) else None
@@ -273,8 +324,8 @@ class CachedTransform:
             tape._scalar_output()
             htape = HessianTape._from_tape(tape)
             htape._parts = parts
-            return CompiledTape(htape), guards, draws
-        return CompiledTape(tape), guards, draws
+            return CompiledTape(htape), guards, draws, None
+        return CompiledTape(tape), guards, draws, (spec, td if td.kind is not None else None)
 
     # ------------------------------------------------ copy and pickle
     # A copy starts with an empty cache (it records on its first call): the
@@ -314,8 +365,15 @@ def _record_primals(f, primals):
         raise InputError("primals must be a tuple (or list) of arguments, as in jax.jvp")
     tape = Tape()
     targs = [track_arg(tape, p) for p in primals]
-    with gc_paused():
-        out = f(*targs)
+    try:
+        with gc_paused():
+            out = f(*targs)
+    except TapeMixError as e:
+        raise TapeMixError(f"{e}. A function given to rt.jvp or rt.vjp inside another "
+                           "transform's recording must take the values it differentiates as "
+                           "primals, not read the outer function's tracked values from a "
+                           "closure") from None
+    out, spec = outputs.pack(out)
     tape.finish(out)
     layout = []
     for p in primals:
@@ -326,7 +384,7 @@ def _record_primals(f, primals):
             layout.append(None)
     leaves = [leaf for p in primals for leaf in (pytree.flatten(p)[0] if pytree.is_container(p)
                                                  else [p])]
-    return tape, layout, leaves
+    return tape, layout, leaves, spec
 
 
 def _flat_arg(leaves):
@@ -336,18 +394,28 @@ def _flat_arg(leaves):
 def jvp(f, primals=None, tangents=None):
     """rt.jvp(f, primals, tangents) -> (f(*primals), J tangents), as jax.jvp: f
     recorded at primals and one tangent sweep in C.  rt.jvp(f) without primals
-    is the cached transform: rt.jvp(f)(x, v) -> (f(x), J v)."""
+    is the cached transform: rt.jvp(f)(x, v) -> (f(x), J v).  At tracked
+    primals or tangents (inside rt.grad, rt.jvp, ...) the tangent is recorded
+    onto their tape, so the transforms compose to any order.  f may return a
+    pytree: the value and the tangent then have its structure."""
     if primals is None:
         return CachedTransform(f, "jvp")
+    if not isinstance(primals, (tuple, list)):
+        raise InputError("primals must be a tuple (or list) of arguments, as in jax.jvp")
     if not isinstance(tangents, (tuple, list)) or len(tangents) != len(primals):
         raise InputError("tangents must be a tuple with one tangent per primal, as in jax.jvp")
-    tape, layout, leaves = _record_primals(f, primals)
+    if forward.needs_tracing(tuple(primals), tuple(tangents)):
+        # inside another transform's recording: the tangent is recorded too
+        return forward.traced_jvp(f, tuple(primals), tuple(tangents))
+    tape, layout, leaves, spec = _record_primals(f, primals)
     ctape = CompiledTape(tape)
     tleaves = []
     for t, e in zip(tangents, layout):
         tleaves.extend(pytree.leaves_of(e[0], t, "tangent") if e is not None else [t])
     ydot = ctape._jvp_flat(_flat_arg(leaves), _flat_arg(tleaves))
     out = tape.values[tape.output_id]
+    if spec is not None:
+        return outputs.unpack(spec, out), outputs.unpack(spec, ydot)
     shape = ctape._program.out_shape
     return out, (float(ydot[0]) if shape == () else ydot.reshape(shape))
 
@@ -355,14 +423,26 @@ def jvp(f, primals=None, tangents=None):
 def vjp(f, *primals):
     """rt.vjp(f, *primals) -> (f(*primals), vjp_fun), as jax.vjp: vjp_fun(w)
     returns a tuple with one cotangent per primal (shaped like it: pytrees
-    too), each call one reverse sweep in C at the recorded primals."""
-    tape, layout, leaves = _record_primals(f, primals)
+    too), each call one reverse sweep in C at the recorded primals.  f may
+    return a pytree (tuple, list, dict of arrays of any shapes): then w has
+    that structure.  At tracked primals (inside another transform's
+    recording), or for a tracked w, the sweep is recorded onto their tape."""
+    if forward.needs_tracing(tuple(primals)):
+        return forward.traced_vjp(f, tuple(primals))
+    tape, layout, leaves, spec = _record_primals(f, primals)
     ctape = CompiledTape(tape)
     out = tape.values[tape.output_id]
     x = _flat_arg(leaves)
     lock = threading.Lock()
+    if spec is not None:
+        out = outputs.unpack(spec, out)
 
     def vjp_fun(w):
+        if forward.needs_tracing(w):
+            # a tracked cotangent: its sweep must be recorded, not run in C
+            return forward.traced_vjp(f, tuple(primals))[1](w)
+        if spec is not None:
+            w = outputs.flat_cotangent(spec, w)
         with lock:                          # the closure's program is one object
             g = ctape.vjp(x, w)
         return regroup(g, layout)

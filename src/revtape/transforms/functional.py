@@ -136,6 +136,22 @@ def regroup(grads, layout):
     return tuple(out)
 
 
+# ---------------------------------------------------------------- outputs
+
+def size1_scalar(out):
+    """A differentiated output of size 1 but not 0-d ((1,), (1, 1)) as a
+    scalar, as autograd's grad takes it; anything else as it is (a larger
+    output is refused by the tape's scalar check)."""
+    if is_tracked(out):
+        shape = shape_of(out.value)
+        if shape != () and all(n == 1 for n in shape):
+            return ops.P.reshape(out, shape=())
+        return out
+    if isinstance(out, np.ndarray) and out.size == 1 and out.ndim:
+        return out.reshape(())
+    return out
+
+
 # ---------------------------------------------------------------- has_aux
 
 def split_aux(out):
@@ -244,7 +260,7 @@ def traced_value_and_grads(fun, args, kwargs, argnums, has_aux):
     aux = None
     if has_aux:
         out, aux = split_aux(out)
-    inner.finish(out)
+    inner.finish(size1_scalar(out))
     inner._scalar_output()
     env = list(inner.values)
     for nid, v in env_in.items():

@@ -947,7 +947,7 @@ class GradFunction:
             return self._record(key, args, kwargs, argnums, proxy_draws, why)
         if self.has_aux:
             out, aux = functional.split_aux(out)
-        tape.finish(out)
+        tape.finish(functional.size1_scalar(out))
         tape._scalar_output()
         spec = functional.aux_spec(tape, aux) if self.has_aux else None
         _, parts, _ = self._split(args, kwargs)
@@ -1101,7 +1101,7 @@ class GradFunction:
         out = self.fun(*targs, **kwargs)
         if self.has_aux:
             out, aux = functional.split_aux(out)
-        tape.finish(out)
+        tape.finish(functional.size1_scalar(out))
         tape._scalar_output()
         value = tape.values[tape.output_id]
         grads = tape._grads_out(tape._reverse(1.0), None)
