@@ -32,7 +32,7 @@ from revtape.bench import peers as P  # noqa: E402
 CALL_BUDGET_S = config.get("REVTAPE_BENCH_CALL_BUDGET")
 PEERS = P.PEERS
 COLUMNS = C.REVTAPE_COLUMNS + PEERS
-_VM_COLUMNS = {"revtape", "revtape-bind"}
+_VM_COLUMNS = {"revtape", "revtape-vm", "revtape-bind"}
 
 _recorded = {}
 

@@ -19,7 +19,7 @@ from conftest import ROOT
 PEERS = ["jax", "torch", "autograd", "casadi"]
 STATUSES = {"ok", "skipped", "mismatch"}
 COLUMN_KEYS = {"status", "median_us", "min_us", "max_us", "ratio", "setup_s", "max_rel_err"}
-VM_COLUMNS = ["revtape", "revtape-bind", "c-ref", "c-ref-bound"]
+VM_COLUMNS = ["revtape", "revtape-vm", "revtape-bind", "c-ref", "c-ref-bound"]
 
 
 def _vm_built():
@@ -127,18 +127,35 @@ def test_no_peers_table(no_peers):
 
 
 def test_default_peers(with_peers):
-    result, _ = with_peers
+    result, proc = with_peers
     _check_structure(result)
     _check_all_passed(result)
     (w,) = result["workloads"]
+    missing = result["missing_peers"]
     for peer in PEERS:
-        assert peer in w["columns"], peer
-        col = w["columns"][peer]
-        if not _importable(peer):
-            assert col["status"] == "skipped"
-            assert peer in col["reason"]
+        if not _importable("autograd.numpy" if peer == "autograd" else peer):
+            # one line for the run, not a skipped cell per workload
+            assert peer not in w["columns"] and peer in missing[peer]
+            line, = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"{peer} not run")]
+            assert line.endswith('pip install "revtape[peers]"')
         else:
-            assert col["status"] in ("ok", "skipped"), col
+            assert peer not in missing
+            assert w["columns"][peer]["status"] in ("ok", "skipped"), w["columns"][peer]
+
+
+def test_revtape_columns_name_their_tier(with_peers):
+    result, proc = with_peers
+    (w,) = result["workloads"]
+    cols = w["columns"]
+    if cols["revtape"]["status"] != "ok":
+        pytest.skip(cols["revtape"].get("reason", "revtape not timed"))
+    assert cols["revtape"]["tier"] in ("native", "vm")
+    assert cols["revtape-bind"]["tier"] == cols["revtape"]["tier"]
+    assert "native=False" in cols["revtape-vm"]["note"]
+    assert "revtape's tier: " in proc.stdout
+    for d in cols.values():
+        if d["status"] == "ok":
+            assert d["spread"] == pytest.approx(d["median_us"] / d["min_us"])
 
 
 def test_bad_arguments():
@@ -265,3 +282,39 @@ def test_bench_plot_alone_writes_default_file_in_cwd(tmp_path, monkeypatch, caps
     assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     err = capsys.readouterr().err
     assert f"plot written to {os.path.abspath(out)}" in err
+
+
+def test_noisy_rows_are_flagged():
+    def ok(mn, med):
+        return {"status": "ok", "min_us": mn, "median_us": med, "max_us": med}
+    cols = {"revtape": ok(1.0, 1.2), "revtape-bind": ok(2.0, 2.1), "numpy-ref": ok(10.0, 25.0),
+            "jax": ok(5.0, 9.0), "torch": {"status": "skipped", "reason": "x"}}
+    cli._ratios(cols)
+    cli._flag_noise(cols)
+    assert "noisy" not in cols["revtape"] and "noisy" not in cols["jax"]
+    assert cols["numpy-ref"]["noisy"] == "median 2.5x the minimum"
+    assert "2.0x revtape's" in cols["revtape-bind"]["noisy"]
+    assert cli._fmt_spread(cols["numpy-ref"]) == "2.5!" and cli._fmt_spread(cols["jax"]) == "1.8"
+    result = {"meta": {"revtape": "0", "mode": "quick", "date": "d", "python": "3", "numpy": "2",
+                       "cpu": "c", "cpu_count": 2, "c_vm": True, "peers": {"torch": None}},
+              "missing_peers": {"torch": "torch not importable: ModuleNotFoundError"},
+              "workloads": [{"name": "w", "size": {"n": 1}, "columns": cols, "extra": {}}]}
+    text = cli.format_table(result)
+    assert text.count('pip install "revtape[peers]"') == 1
+    noisy, = [ln for ln in text.splitlines() if ln.strip().startswith("! noisy")]
+    assert "numpy-ref" in noisy and "revtape-bind" in noisy and "jax" not in noisy
+
+
+def test_the_chain_panel_draws_the_tables_minimums():
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+    res = _fake_result()
+    for e in res["workloads"]:
+        for d in e["columns"].values():
+            if d["status"] == "ok":
+                d["median_us"] = 3 * d["min_us"]
+    fig = cli._figure(res, plt)
+    line, = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "revtape"]
+    assert list(line.get_ydata()) == [100.0, 900.0]        # the minimums, not the medians
+    plt.close(fig)

@@ -149,3 +149,35 @@ def test_casadi_gp_skips_when_its_scalar_cholesky_would_exceed_the_budget():
     pytest.importorskip("casadi")
     with pytest.raises(peers.Skip, match="Cholesky"):
         peers.build("casadi", _small("gp"), setup_budget=1e-9)
+
+
+def test_a_build_past_the_setup_budget_is_stopped(monkeypatch):
+    import time
+
+    def slow_builder(wl, kind, budget):
+        t_end = time.perf_counter() + 30
+        while time.perf_counter() < t_end:          # Python lines: the timer stops it
+            sum(range(100))
+        raise AssertionError("not stopped")
+
+    monkeypatch.setitem(peers._BUILDERS, "jax", slow_builder)
+    monkeypatch.setattr(peers, "available", lambda p: (True, "stand-in"))
+    wl = SimpleNamespace(name="eight-schools", params={}, data={}, x0=np.zeros(10))
+    t0 = time.perf_counter()
+    with pytest.raises(peers.Skip, match=r"passed the budget 0.3 s: stopped after 0\.[3-9]"):
+        peers.build("jax", wl, setup_budget=0.3)
+    assert time.perf_counter() - t0 < 5
+    # the timer is off and the handler restored afterwards
+    import signal
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is not peers._OverBudget
+
+
+def test_casadi_student_t_is_projected_before_it_is_built():
+    pytest.importorskip("casadi")
+    from revtape.bench import workloads
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(peers.Skip, match="1,000,000 scalar nodes: one-time cost projected"):
+        peers.build("casadi", workloads.WORKLOADS["student-t"](), setup_budget=5)
+    assert time.perf_counter() - t0 < 3

@@ -356,3 +356,41 @@ def test_radon_hessian_compiled_vs_reference_vs_fd():
     fd = np.stack([(w.numpy_vg(w.x0 + h * e)[1] - w.numpy_vg(w.x0 - h * e)[1]) / (2 * h)
                    for e in np.eye(w.x0.size)], axis=1)
     np.testing.assert_allclose(H, fd, rtol=1e-6, atol=1e-6 * np.abs(H).max())
+
+
+def test_the_default_tier_is_what_users_get(monkeypatch):
+    """The revtape column times rt.compile(tape) as it is (native once hot),
+    the revtape-vm column the VM; a native build projected past the set-up
+    budget is not started (the VM is timed, and the note says why)."""
+    from revtape import config
+    from revtape.bench import columns as C
+    if C.vm()[2]:
+        pytest.skip(C.vm()[2])
+    monkeypatch.setenv("REVTAPE_NATIVE", "1")         # the suite's default is the VM
+    wl = W.eight_schools()
+    x = C.timing_point(wl)
+    rec = C.record(wl)
+    col = C.build_column("revtape", rec, x, setup_budget=20)
+    vm = C.build_column("revtape-vm", rec, x)
+    assert rec.ctape.native_state == "off"            # the VM column's tape, pinned
+    v, g = col.vg(x)
+    v_vm, g_vm = vm.vg(x)
+    assert v == v_vm and np.array_equal(g, g_vm)       # native gives the VM's bits
+    # hot after its first calls, and native code serving before it is timed
+    # -- or, when the build (a cold compiler on a busy machine) outlasts the
+    # budget, a VM copy timed and the note saying so: never a switch mid-timing
+    if rec.default.native_state == "native":
+        assert col.extra["tier"] == "native" and "native (hot" in col.note
+    else:
+        assert rec.default.native_state == "off" and col.extra["tier"] == "vm"
+        assert "still running after the set-up budget 20 s" in col.note
+    assert C.build_column("revtape-bind", rec, x).extra["tier"] == col.extra["tier"]
+    rec2 = C.record(W.rosenbrock_loop(n=30))            # a program not built yet
+    x2 = C.timing_point(rec2.wl)
+    col2 = C.build_column("revtape", rec2, x2, setup_budget=0.01)
+    assert rec2.default.native_state == "off" and "projected" in col2.note
+    assert col2.extra["tier"] == "vm"
+    with config.override("REVTAPE_NATIVE", "0"):
+        rec3 = C.record(wl)
+        col3 = C.build_column("revtape", rec3, x, setup_budget=60)
+    assert col3.extra["tier"] == "vm" and "native tier off" in col3.note

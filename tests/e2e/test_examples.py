@@ -159,12 +159,13 @@ def test_eight_schools_with_the_exp_bijector_is_the_hand_written_log_tau_model()
 def test_pymc_samples_a_revtape_black_box_likelihood():
     pytest.importorskip("pymc", reason="pymc is not installed (pip install -e '.[examples-heavy]')")
     from pytensor.gradient import verify_grad
+    from revtape import interop
     ex = load("pymc_blackbox")
     # the gradient Op is the derivative of the value Op (PyTensor's finite differences)
     for seed in range(3):
         x = np.random.default_rng(seed).normal(size=10)
         x[-1] = abs(x[-1]) + 0.5
-        verify_grad(ex.LogLike(ex.LIKELIHOOD), [x], rng=np.random.default_rng(seed))
+        verify_grad(interop.pytensor_op(ex.LIKELIHOOD), [x], rng=np.random.default_rng(seed))
     post = ex.sample(draws=500, tune=500, chains=4, seed=3).posterior
     assert post["mu"].shape == (4, 500) and post["eta"].shape == (4, 500, 8)
     check_eight_schools(post["mu"].values, post["tau"].values)

@@ -170,6 +170,13 @@ def test_batches_equal_row_by_row_and_branches_fall_back():
     assert np.array_equal(nv, -values) and np.array_equal(ng, -grads)
     with pytest.raises(rt.InputError, match=r"\(k, 3\)"):
         ld.batch_logdensity(np.zeros((2, 4)))
+    with pytest.raises(rt.InputError, match=r"\(k, 3\)"):
+        ld.batch_logdensity(np.zeros(3))
+    # other layouts and types take the general path to the same values
+    for Y in (np.asfortranarray(X), X.tolist(), X[::-1][::-1], X.astype(np.float32)):
+        want = values if not isinstance(Y, np.ndarray) or Y.dtype == np.float64 else \
+            ld.batch_logdensity(X.astype(np.float32).astype(np.float64))
+        np.testing.assert_array_equal(ld.batch_logdensity(Y), want)
     branchy = rt.LogDensity(lambda x: np.sum(x ** 2) if x[0] > 0 else -np.sum(x ** 3), np.ones(2))
     Xb = np.array([[1.0, 2.0], [-1.0, 2.0], [3.0, 0.5]])
     vb, gb = branchy.batch_logdensity_and_gradient(Xb)

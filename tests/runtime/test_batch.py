@@ -383,3 +383,114 @@ def test_misaligned_rows_are_copied_and_a_misaligned_out_is_refused(eight, k):
         assert _bits(ctape.batch_forward(Xm, threads=threads)) == _bits(want[0])
         with pytest.raises(rt.InputError, match="aligned"):
             ctape.batch_value_and_gradient(X, out=_misaligned((k, 10)), threads=threads)
+
+
+# ------------------------------------------------ one thread, one array of points: the fast path
+
+ICOV = np.linspace(0.5, 2.0, 5)
+
+
+def _emcee_logp(x):
+    # array code (not scalar code: no wide form), emcee's 32 walkers x 5 shape
+    return -0.5 * np.sum(ICOV * x * x) - np.sum(np.log1p(x * x))
+
+
+def _no_general_path(ctape, monkeypatch):
+    def refused(*a, **k):
+        raise AssertionError("the general path ran")
+    monkeypatch.setattr(ctape, "_batch_rows", refused)
+    monkeypatch.setattr(ctape, "_batch_run", refused)
+
+
+@pytest.mark.parametrize("threads", [None, 1])
+def test_one_thread_row_loop_is_the_bits_of_single_replays(threads, monkeypatch):
+    ctape = rt.compile(rt.GradientTape(_emcee_logp, np.zeros(5)))
+    X = np.random.default_rng(12).normal(size=(32, 5))
+    X[3, 1], X[7, 0], X[9, 4] = np.nan, np.inf, -0.0
+    v_rows, g_rows = _rows(ctape, X)
+    _no_general_path(ctape, monkeypatch)
+    v = ctape.batch_forward(X, threads=threads)
+    assert not ctape._wide
+    assert _bits(v) == _bits(v_rows)
+    v, g = ctape.batch_value_and_gradient(X, threads=threads)
+    assert _bits(v) == _bits(v_rows) and _bits(g) == _bits(g_rows)
+    want = -0.5 * np.sum(ICOV * X * X, axis=1) - np.sum(np.log1p(X * X), axis=1)
+    np.testing.assert_allclose(v[10:], want[10:], rtol=1e-13)
+    # the tape reports the last row, as after the general path
+    ctape.batch_forward(X[:3])
+    assert rt.value(ctape.tape.output) == v_rows[2]
+    assert _bits(rt.value(ctape.tape.inputs[0])) == _bits(X[2])
+    ctape.batch_value_and_gradient(X[:2])
+    assert rt.value(ctape.tape.output) == v_rows[1]
+
+
+def test_one_thread_fast_path_of_scalar_code_forward(eight, monkeypatch):
+    wl, ctape = eight
+    X = np.random.default_rng(13).normal(size=(40, 10))
+    v_rows, _ = _rows(ctape, X)
+    _no_general_path(ctape, monkeypatch)
+    assert _bits(ctape.batch_forward(X)) == _bits(v_rows)     # the wide form
+    assert ctape._wide
+    assert _bits(ctape.batch_forward(X[:5])) == _bits(v_rows[:5])   # the row loop
+
+
+def test_one_thread_fast_path_names_the_branch_row():
+    def f(x):
+        return np.sum(x ** 2) if x[0] > 0 else -np.sum(x)
+
+    ctape = rt.compile(rt.GradientTape(f, np.ones(2)))
+    X = np.ones((6, 2))
+    X[4, 0] = -1.0
+    for call in (ctape.batch_forward, ctape.batch_value_and_gradient):
+        with pytest.raises(rt.BranchChanged, match="batch row 4") as info:
+            call(X)
+        assert info.value.row == 4
+    assert np.array_equal(ctape.batch_forward(np.ones((3, 2))), [2.0, 2.0, 2.0])
+
+
+def test_one_thread_fast_path_raises_a_callback_error_as_itself():
+    class Refused(Exception):
+        pass
+
+    @rt.primitive
+    def careful(x):
+        if x[0] > 100:
+            raise Refused(f"refused {x[0]}")
+        return np.sum(x)
+
+    rt.defvjp(careful, lambda ans, x: lambda g: g * np.ones_like(x))
+    ctape = rt.compile(rt.GradientTape(lambda x: careful(x) * 2.0, np.ones(2)))
+    X = np.ones((5, 2))
+    X[2, 0] = 200.0
+    for call in (ctape.batch_forward, ctape.batch_value_and_gradient):
+        with pytest.raises(Refused, match="refused 200"):
+            call(X)
+    X[2, 0] = 1.0
+    assert np.array_equal(ctape.batch_forward(X), np.full(5, 4.0))
+
+
+def test_one_thread_fast_path_refuses_a_concurrent_batch():
+    import threading
+    entered, release = threading.Event(), threading.Event()
+
+    @rt.primitive
+    def slow(x):
+        entered.set()
+        release.wait(10)
+        return np.sum(x)
+
+    rt.defvjp(slow, lambda ans, x: lambda g: g * np.ones_like(x))
+    release.set()
+    ctape = rt.compile(rt.GradientTape(lambda x: slow(x) * 2.0, np.ones(2)))
+    entered.clear()
+    release.clear()
+    t = threading.Thread(target=lambda: ctape.batch_forward(np.ones((2, 2))))
+    t.start()
+    try:
+        assert entered.wait(10)
+        with pytest.raises(rt.ConcurrentUseError):
+            ctape.batch_forward(np.ones((2, 2)))
+    finally:
+        release.set()
+        t.join()
+    assert np.array_equal(ctape.batch_forward(np.ones((3, 2))), [4.0, 4.0, 4.0])

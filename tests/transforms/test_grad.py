@@ -932,3 +932,55 @@ def test_objects_in_a_list_attribute():
     np.testing.assert_allclose(g(X3), 3.0 * np.ones(3))
 
 
+
+
+def test_threads_that_ended_leave_no_replicas_behind():
+    """rt.grad's per-thread replicas (deep copies of the compiled program) and
+    replay counters: a new thread takes over the replica of a thread that
+    ended, so the tables hold as many as threads ever called at once, and the
+    copies given up are freed by reference counting (gc disabled)."""
+    import gc
+    import threading
+    import weakref
+
+    def f(x):
+        return np.sum(x ** 2) + np.sum(np.sin(x))
+
+    g = rt.grad(f)
+    x = np.linspace(0.1, 0.9, 3)
+    want = 2 * x + np.cos(x)
+    g(x), g(x)
+    results, was = [], gc.isenabled()
+    gc.disable()
+    try:
+        seen, refs = set(), []
+        for stack in (0, 1 << 20, 2 << 20, 3 << 20):       # new stacks: new thread ids
+            old = threading.stack_size(stack)
+            barrier = threading.Barrier(12)
+
+            def work():
+                barrier.wait()
+                results.append(g(x))
+                barrier.wait()
+            threads = [threading.Thread(target=work) for _ in range(12)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            threading.stack_size(old)
+            v = next(iter(g._cache.values())).variants[0]
+            seen |= set(v.replicas)
+            refs += [weakref.ref(r.ctape) for r in v.replicas.values()]
+            assert len(v.replicas) <= 13 and len(g._replays) <= 14
+        if len(seen) <= 13:
+            pytest.skip("the platform reused every thread id: nothing to take over")
+        live = {id(r.ctape) for r in v.replicas.values()}
+        dropped = [r for r in refs if r() is not None and id(r()) not in live]
+        assert not dropped, "a replica given up is still alive"
+    finally:
+        if was:
+            gc.enable()
+    assert len(results) == 48
+    for r in results:
+        np.testing.assert_allclose(r, want, rtol=1e-14)
+    assert g.cache_info().replays == 49

@@ -211,15 +211,25 @@ class Bench:
                 self.peer_ok[base] = P.available(base)
 
     # ------------------------------------------------ columns of one workload
+    def missing_peers(self):
+        """{peer: why} of the selected peers that do not import here: one line
+        each at the top of the table, not a skipped cell in every workload."""
+        return {p: why for p, (ok, why) in self.peer_ok.items() if not ok}
+
+    def installed_peers(self):
+        return [p for p in self.s.peers
+                if self.peer_ok["jax" if p == "jax-scan" else p][0]]
+
     def column_names(self, kind):
         names = list(C.REVTAPE_COLUMNS)
-        for p in self.s.peers:
+        peers = self.installed_peers()
+        for p in peers:
             if p == "jax-scan":
                 continue
             names.append(p)
             if p == "jax" and kind == "chain":
                 names.append("jax-scan")
-        if "jax-scan" in self.s.peers and kind == "chain" and "jax-scan" not in names:
+        if "jax-scan" in peers and kind == "chain" and "jax-scan" not in names:
             names.append("jax-scan")
         return names
 
@@ -244,7 +254,8 @@ class Bench:
         """Build, verify and calibrate a column: (column, max rel err, calls per
         batch, slow), or the result dict of a column that will not be timed."""
         wl = rec.wl
-        budgeted = name not in ("revtape", "revtape-bind", "c-ref-bound", "c-ref", "numpy-ref")
+        budgeted = name not in ("revtape", "revtape-vm", "revtape-bind", "c-ref-bound", "c-ref",
+                                "numpy-ref")
         if name in self.peer_ok or name == "jax-scan":
             ok, why = self.peer_ok["jax" if name == "jax-scan" else name]
             if not ok:
@@ -253,6 +264,9 @@ class Bench:
             why = self._budget_skip(name, L)
             if why:
                 return _col("skipped", why)
+        if name == "jax" and rec.wl.name == "chain" and self.s.mode.startswith("quick"):
+            return _col("skipped", "--quick leaves the unrolled chain's XLA compile (6-10 s at "
+                        "L=1000) to the default run; jax-scan is the chain in JAX")
         try:
             col = C.build_column(name, rec, x, setup_budget=self.s.setup_budget_s)
         except C.Skip as exc:
@@ -290,6 +304,8 @@ class Bench:
             d = _col("ok", setup_s=col.setup_s, max_rel_err=err, **m)
             if col.note:
                 d["note"] = col.note
+            if "tier" in col.extra:
+                d["tier"] = col.extra["tier"]
             out.append(d)
         return out
 
@@ -338,6 +354,7 @@ class Bench:
                                             if d["status"] == "ok" else
                                             f"{d['status']}: {d.get('reason', '')}"))
         _ratios(cols)
+        _flag_noise(cols)
         if kind == "chain" and rec.ctape is not None:
             mem = C.program_stats(rec.ctape)
             n_tape = mem["tape_instructions"] or rec.tape_instructions
@@ -373,8 +390,8 @@ class Bench:
                                                   f"iteration ({N_LEAPFROG} gradients + "
                                                   "sampler overhead)"}}
         cols = entry["columns"]
-        names = ["revtape-bind", "revtape", "c-ref", "numpy-ref"] + [
-            p for p in self.s.peers if p != "jax-scan"]
+        names = ["revtape-bind", "revtape", "revtape-vm", "c-ref", "numpy-ref"] + [
+            p for p in self.installed_peers() if p != "jax-scan"]
         ref_samples = None
         order = ["numpy-ref"] + [n for n in names if n != "numpy-ref"]
         for name in order:
@@ -400,6 +417,7 @@ class Bench:
                                          f"{d['status']}: {d.get('reason', '')}"))
         entry["columns"] = {n: cols[n] for n in names if n in cols}
         _ratios(entry["columns"])
+        _flag_noise(entry["columns"])
         return entry
 
     def _hmc_column(self, name, rec, wl, x, n_iter):
@@ -520,6 +538,7 @@ class Bench:
                 d["ratio"] = d["median_us"] / base
         entry["extra"]["deepcopy_s"] = setup
         entry["extra"]["cpu_count"] = os.cpu_count()
+        _flag_noise(cols)
         return entry
 
 
@@ -557,6 +576,35 @@ def _ratios(cols):
         for d in cols.values():
             if d["status"] == "ok":
                 d[key] = d["min_us"] / b if b else None
+
+
+# A timed row whose median is more than NOISY_SPREAD times its minimum ran on
+# a machine busy enough that its numbers (and ratios) may be off: flagged "!".
+NOISY_SPREAD = 2.0
+# revtape-bind does less per call than revtape on the same tape: a minimum
+# this many times revtape's says the machine, not the code, made the gap.
+NOISY_BIND = 1.5
+
+
+def _flag_noise(cols):
+    """spread = median / min of every timed column; noisy = why its numbers
+    are not to be trusted (a wide spread, or revtape-bind slower than
+    revtape on the same tape)."""
+    for d in cols.values():
+        if d["status"] == "ok" and d.get("min_us"):
+            d["spread"] = d["median_us"] / d["min_us"]
+            if d["spread"] > NOISY_SPREAD:
+                d["noisy"] = f"median {d['spread']:.1f}x the minimum"
+    a, b = cols.get("revtape", {}), cols.get("revtape-bind", {})
+    if (a.get("status") == b.get("status") == "ok" and a.get("min_us")
+            and b["min_us"] > NOISY_BIND * a["min_us"]):
+        why = f"minimum {b['min_us'] / a['min_us']:.1f}x revtape's on the same tape"
+        b["noisy"] = f"{b['noisy']}; {why}" if b.get("noisy") else why
+
+
+def _fmt_spread(d):
+    sp = d.get("spread")
+    return "-" if sp is None else f"{sp:.1f}{'!' if d.get('noisy') else ''}"
 
 
 # --------------------------------------------------------------------------
@@ -622,10 +670,15 @@ def format_table(result) -> str:
     out.append(f"python {m['python']}, numpy {m['numpy']}, {m['cpu']} x{m['cpu_count']}; "
                f"C VM {'built' if m['c_vm'] else 'NOT built'}")
     out.append(f"peers: {peers}")
+    for p, why in result.get("missing_peers", {}).items():
+        out.append(f"{p} not run ({why}): pip install \"revtape[peers]\"")
     out.append("us per value-and-gradient call over batches taken in turns (min, median, "
-               "max); ratio = min / revtape's min; /c-bound = min / c-ref-bound's min")
+               "max); ratio = min / revtape's min; /c-bound = min / c-ref-bound's min; "
+               f"spread = median / min, '!' past {NOISY_SPREAD:g}x (a busy machine)")
+    out.append("revtape = rt.compile(tape) as users get it (native once hot), revtape-vm = "
+               "the VM alone (native=False), revtape-bind = ctape.bind on the default tape")
     hdr = f"  {'column':<17} {'status':<8} {'min us':>9} {'median us':>10} {'ratio':>7} " \
-          f"{'/c-bound':>8} {'max us':>9} {'setup s':>8} {'rel err':>8}"
+          f"{'/c-bound':>8} {'max us':>9} {'spread':>6} {'setup s':>8} {'rel err':>8}"
     for e in result["workloads"]:
         out.append("")
         line = f"== {_title(e)}"
@@ -655,12 +708,20 @@ def format_table(result) -> str:
                 row = (f"  {name:<17} {'ok':<8} {_fmt_us(d['min_us']):>9} "
                        f"{_fmt_us(d['median_us']):>10} {_fmt_ratio(d['ratio']):>7} "
                        f"{_fmt_ratio(d.get('ratio_c_bound')):>8} {_fmt_us(d['max_us']):>9} "
-                       f"{setup:>8} {err:>8}")
+                       f"{_fmt_spread(d):>6} {setup:>8} {err:>8}")
                 if d.get("note") and e["name"] == "hmc":
                     row += f"  ({d['note']})"
+                elif d.get("tier") and name in ("revtape", "revtape-bind"):
+                    row += f"  [{d['tier']}]"
                 out.append(row)
             else:
                 out.append(f"  {name:<17} {d['status']:<8} {d.get('reason', '')}")
+        noisy = [f"{n} ({d['noisy']})" for n, d in e["columns"].items() if d.get("noisy")]
+        if noisy:
+            out.append("  ! noisy machine, rerun when it is quieter: " + "; ".join(noisy))
+        tier_note = e["columns"].get("revtape", {}).get("note", "")
+        if "; " in tier_note and e["name"] not in ("hmc", "threads"):
+            out.append(f"  revtape's tier: {tier_note.split('; ', 1)[1]}")
         mem = e["extra"].get("memory")
         if mem:
             ex = e["extra"]
@@ -794,7 +855,8 @@ def _figure(result, plt):
         L = e["size"]["L"]
         for n, d in e["columns"].items():
             if d["status"] == "ok":
-                series.setdefault(n, []).append((L, d["median_us"]))
+                # the table's numbers: minimums of the interleaved batches
+                series.setdefault(n, []).append((L, d["min_us"]))
     for n, pts in series.items():
         pts.sort()
         ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=n,
@@ -802,7 +864,7 @@ def _figure(result, plt):
     ax1.set_xscale("log")
     ax1.set_yscale("log")
     ax1.set_xlabel("chain length L (4 tape instructions per step)")
-    ax1.set_ylabel("median us per value-and-gradient call")
+    ax1.set_ylabel("min us per value-and-gradient call (the table's)")
     ax1.set_title("chain: per-call time vs tape length")
     ax1.grid(True, which="both", alpha=0.3)
     if series:
@@ -859,7 +921,10 @@ def run(args, argv=()) -> int:
     log = Progress(args.quiet)
     only = args.only or list(WORKLOADS)
     bench = Bench(settings, log)
-    result = {"meta": meta(settings, argv), "workloads": []}
+    result = {"meta": meta(settings, argv), "workloads": [],
+              "missing_peers": bench.missing_peers()}
+    for p, why in result["missing_peers"].items():
+        log(f"{p} not run ({why}): pip install \"revtape[peers]\"")
     ffi, lib, why = C.vm()
     if why:
         log(f"WARNING: {why}; revtape's compiled columns and the C reference are skipped")

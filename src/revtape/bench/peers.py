@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import functools
 import math
+import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -81,7 +84,54 @@ def build(peer: str, workload, *, setup_budget: float | None = None) -> PeerColu
         raise Skip(why)
     budget = DEFAULT_SETUP_BUDGET if setup_budget is None else setup_budget
     kind = _kind(workload)
-    return _BUILDERS[peer](workload, kind, budget)
+    return _within(budget, _BUILDERS[peer], workload, kind, budget)
+
+
+class _OverBudget(BaseException):
+    """Raised into a peer's build by _within's timer (BaseException: a peer's
+    own `except Exception` does not swallow it)."""
+
+
+def _within(budget, build, *args):
+    """build(*args), interrupted once it has run `budget` seconds: a SIGALRM
+    handler raises _OverBudget at the next Python line the build runs (a long
+    call into C++ -- an XLA compile, one CasADi operation -- ends first; the
+    cost models below keep those from starting), and the build is a Skip.
+    Only in the main thread of a platform with setitimer; elsewhere the build
+    runs to its end.  The timer is one-shot, re-armed 0.2 s later only when
+    the exception landed where Python ignores it (a gc callback), so that no
+    second alarm can cut short the clean-up."""
+    if not (math.isfinite(budget) and budget > 0 and hasattr(signal, "setitimer")
+            and threading.current_thread() is threading.main_thread()):
+        return build(*args)
+    old, old_hook = signal.getsignal(signal.SIGALRM), sys.unraisablehook
+
+    def fire(signum, frame):
+        raise _OverBudget()
+
+    def unraisable(u):
+        if isinstance(u.exc_value, _OverBudget):
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+        else:
+            old_hook(u)
+
+    t0 = time.perf_counter()
+    try:
+        signal.signal(signal.SIGALRM, fire)
+        sys.unraisablehook = unraisable
+        # (not before 0.1 s: a build whose cost model refuses it says why first)
+        signal.setitimer(signal.ITIMER_REAL, max(budget, 0.1))
+        try:
+            return build(*args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _OverBudget:
+        raise Skip(f"one-time cost passed the budget {budget:g} s: stopped after "
+                   f"{time.perf_counter() - t0:.1f} s (--setup-budget)") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)      # again: the first may have been cut short
+        signal.signal(signal.SIGALRM, old)
+        sys.unraisablehook = old_hook
 
 
 # --------------------------------------------------------------------------
@@ -456,6 +506,15 @@ def _build_casadi(wl, kind, budget) -> PeerColumn:
             raise Skip(f"SX expands the n={n} Cholesky into ~{n ** 3 // 3:,} scalar nodes: "
                        f"one-time cost projected at {projected:.0f} s > budget {budget:.0f} s "
                        "(--setup-budget)")
+    if kind in ("student-t", "logreg"):
+        # SX expands the N x D matrix-vector product into N*D scalar nodes
+        # (one CasADi call: _stopped_past cannot cut it short)
+        N, D = np.shape(wl.data["X"])
+        projected = _CASADI_S_PER_MATVEC_ENTRY * N * D
+        if projected > budget:
+            raise Skip(f"SX expands the {N} x {D} matrix-vector product into {N * D:,} scalar "
+                       f"nodes: one-time cost projected at {projected:.0f} s > budget "
+                       f"{budget:.0f} s (--setup-budget)")
     x0 = _x0(wl)
     n = len(x0)
     f = _objective(wl, kind, _casadi_ops())
@@ -502,6 +561,9 @@ def _build_casadi(wl, kind, budget) -> PeerColumn:
 #     (1e4: 1.5 s, 1e5: 13 s); the probe at 1e4 is cheap and accurate.
 # seconds per n^3 of building CasADi's gp Function (measured at n=200)
 _CASADI_GP_S_PER_N3 = 34.0 / 200 ** 3
+# seconds per entry of X in CasADi's student-t/logreg Function (16.7 s for the
+# 100000 x 10 student-t, 0.35 s for the 1000 x 20 logreg, on a loaded 2-core machine)
+_CASADI_S_PER_MATVEC_ENTRY = 1.7e-5
 _CHAIN_COST_MODEL = {"jax": (1_000, 1.7), "casadi": (10_000, 1.0)}
 _chain_setup_seen: dict[tuple[str, int], float] = {}
 

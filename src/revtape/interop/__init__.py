@@ -2,10 +2,11 @@
 
     revtape.interop.to_jax(ld_or_f, x0=None)   # a function on JAX arrays (jit, grad, vmap)
     revtape.interop.nutpie_model(ld)           # what nutpie.sample takes
+    revtape.interop.pytensor_op(ld)            # a PyTensor Op x -> logp, for pm.Potential
 
 Each bridge imports its library only when called and, when it is missing,
 raises MissingPackageError naming what to install (``pip install
-"revtape[jax]"``).  The object handed over is an ``rt.LogDensity`` (or a
+"revtape[jax]"``, ``"revtape[pytensor]"``).  The object handed over is an ``rt.LogDensity`` (or a
 scalar function of a flat vector with its recording point ``x0``): values
 come from its forward-only program, gradients from the compiled
 value-and-gradient program, batches (vmap) from its batch replay.
@@ -29,4 +30,12 @@ def nutpie_model(ld):
     return _nutpie_model(ld)
 
 
-__all__ = ["MissingPackageError", "to_jax", "nutpie_model"]
+def pytensor_op(ld):
+    """A PyTensor Op ``x -> logp`` for an rt.LogDensity, with its gradient Op
+    and a value-only ``perform``: ``pm.Potential("lik", pytensor_op(ld)(x))``
+    (see revtape.interop.pytensor_bridge)."""
+    from .pytensor_bridge import pytensor_op as _pytensor_op
+    return _pytensor_op(ld)
+
+
+__all__ = ["MissingPackageError", "to_jax", "nutpie_model", "pytensor_op"]

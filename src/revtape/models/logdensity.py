@@ -384,14 +384,21 @@ class LogDensity:
         """(values[k], gradients[k, dimension]) at the rows of X, in one C call per
         thread (``threads=n`` splits the rows); ensemble and SMC samplers,
         multi-start optimisation."""
-        X = self._rows(X)
-        st = self._take()
+        if not (type(X) is np.ndarray and X.dtype is _F64 and X.ndim == 2
+                and X.shape[1] == self.dimension):
+            X = self._rows(X)
+        idle = self._idle
         try:
-            return self._program(st, 0)[0].batch_value_and_gradient(X, threads=threads)
+            st = idle.pop()
+        except IndexError:
+            st = self._new_state()
+        try:
+            ctape = st.programs[0][0] if st.programs else self._program(st, 0)[0]
+            return ctape.batch_value_and_gradient(X, threads=threads)
         except BranchChanged:
             pass
         finally:
-            self._idle.append(st)
+            idle.append(st)
         # some row takes another branch: row by row, recording what it needs
         pairs = [self.logdensity_and_gradient(x) for x in X]
         return (np.array([v for v, _ in pairs]),
@@ -399,14 +406,21 @@ class LogDensity:
 
     def batch_logdensity(self, X, threads=None):
         """values[k] at the rows of X (forward sweeps only): emcee's vectorize=True."""
-        X = self._rows(X)
-        st = self._take()
+        if not (type(X) is np.ndarray and X.dtype is _F64 and X.ndim == 2
+                and X.shape[1] == self.dimension):
+            X = self._rows(X)
+        idle = self._idle
         try:
-            return self._program(st, 0)[0].batch_forward(X, threads=threads)
+            st = idle.pop()
+        except IndexError:
+            st = self._new_state()
+        try:
+            ctape = st.programs[0][0] if st.programs else self._program(st, 0)[0]
+            return ctape.batch_forward(X, threads=threads)
         except BranchChanged:
             pass
         finally:
-            self._idle.append(st)
+            idle.append(st)
         return np.array([self.logdensity(x) for x in X])
 
     def negative(self):

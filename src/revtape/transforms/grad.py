@@ -608,7 +608,10 @@ class _Variant:
     def replica(self):
         """This thread's replica, made on its first use here.  A thread id is
         reused only after its thread ended, so a replica is never shared by two
-        live threads."""
+        live threads.  A new thread first takes over a replica whose thread
+        has no thread state any more (ended, or a C thread between two calls):
+        the table holds as many replicas as threads ever called at once, not
+        one per thread that ever called."""
         ident = threading.get_ident()
         r = self.replicas.get(ident)
         if r is None:
@@ -619,8 +622,30 @@ class _Variant:
                         r = self.replicas[ident] = _Replica(ctape)
                         self.ctape, self.tape = ctape, None
                         return r
-            r = self.replicas[ident] = _Replica(copy.deepcopy(self.ctape))
+            r = _orphan(self.replicas)
+            self.replicas[ident] = r if r is not None else _Replica(copy.deepcopy(self.ctape))
+            r = self.replicas[ident]
         return r
+
+
+def _dead_idents(table):
+    """The keys of `table` that name no live thread state: a thread that is
+    in a call (even one that released the GIL in C) has one."""
+    # (only the ids kept: a local holding the frames would hold this frame,
+    # a cycle that only the collector frees)
+    live = set(sys._current_frames())
+    return [i for i in list(table) if i not in live]
+
+
+def _orphan(replicas):
+    """Remove every replica of a thread without a thread state from
+    `replicas`; return one of them for reuse (or None)."""
+    found = None
+    for i in _dead_idents(replicas):
+        r = replicas.pop(i, None)
+        if found is None:
+            found = r
+    return found
 
 
 class _Entry:
@@ -704,6 +729,15 @@ class GradFunction:
         self._warned_draws = False
         self._warned_unwatched = False
 
+    def _fold_replays(self):
+        """Fold the replay counts of threads without a thread state into key
+        0, so that the counters do not grow with every thread that called."""
+        with self._lock:
+            counts = self._replays
+            for i in _dead_idents(counts):
+                if i:
+                    counts[0] = counts.get(0, 0) + counts.pop(i, 0)
+
     # ------------------------------------------------ call
     def __call__(self, *args, **kwargs):
         if self._fast and len(args) == 1 and not kwargs and type(args[0]) is np.ndarray:
@@ -737,7 +771,10 @@ class GradFunction:
                         entry.variants = ()        # bindings changed: every variant is suspect
                     break
                 ident = _get_ident()
-                r = v.replicas.get(ident) or v.replica()
+                r = v.replicas.get(ident)
+                if r is None:                 # this thread's first call here
+                    r = v.replica()
+                    self._fold_replays()
                 try:
                     if v.draw_replay is not None:
                         value, grads = v.draw_replay((args[0],) if parts is None
