@@ -296,7 +296,10 @@ class Tracked:
         raise UnsupportedError("// has zero derivative almost everywhere; use np.floor(a / b) "
                                "if you mean it")
 
-    __rfloordiv__ = __mod__ = __rmod__ = __floordiv__
+    __rfloordiv__ = __floordiv__
+    # %: np.remainder's row (the divisor's sign, as Python and numpy)
+    def __mod__(self, o): return P.remainder(self, o)
+    def __rmod__(self, o): return P.remainder(o, self)
 
     # ------------------------------------------------ comparisons
     def __lt__(self, o): return compare("lt", self, o)
