@@ -18,6 +18,7 @@ from .trace.tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from .numpy_api import functions as _functions  # noqa: F401  (registers the numpy protocols)
 from .core.pytree import register_pytree_node
 from .numpy_api import linalg, structure as _structure  # noqa: F401
+from .numpy_api import composite as _composite, rearrange as _rearrange  # noqa: F401
 from .trace.recording import GradientTape, JacobianTape
 from .trace.hessian import HessianTape
 from .transforms.api import gradient, hessian, hvp, jacobian, value_and_gradient

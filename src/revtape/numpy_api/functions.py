@@ -178,11 +178,21 @@ def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Tru
 
 
 def reshape(x, shape, order="C"):
-    if order != "C":
-        raise UnsupportedError("only C-order reshape is supported on tracked values")
+    """Reshape in numpy's orders: C (and None, numpy's spelling of it; 'A',
+    as a tracked value is logically C-contiguous) is a view; F a gather."""
+    if order is None or order == "A":
+        order = "C"
+    if order not in ("C", "F"):
+        raise ValueError("order must be one of 'C', 'F', 'A'")
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     v = _value_of(x)
+    n = int(np.prod(shape_of(v), dtype=np.int64))
+    if order == "F":
+        idx = np.arange(n).reshape(shape_of(v)).reshape(tuple(int(s) for s in shape), order="F")
+        if np.array_equal(idx.ravel(), np.arange(n)):
+            return reshape(x, idx.shape)
+        return P.take(x, idx=np.ascontiguousarray(idx))
     new = np.empty(shape_of(v), dtype=np.int8).reshape(tuple(int(s) for s in shape)).shape
     if new == shape_of(v):
         return x
@@ -446,7 +456,7 @@ def _np_reshape(a, shape=None, order="C", *, newshape=None, copy=None):
 
 def _np_ravel(a, order="C"):
     # a tracked value is logically C-contiguous: 'A' and 'K' read it in C order
-    return reshape(a, (-1,), "C" if order in ("A", "K") else order)
+    return reshape(a, (-1,), "C" if order in ("A", "K", None) else order)
 
 
 def _np_take(a, indices, axis=None, out=None, mode="raise"):

@@ -345,8 +345,14 @@ class Tracked:
             shape = shape[0]
         return _API.reshape(self, shape, order)
 
-    def ravel(self, order="C"): return _API.reshape(self, (-1,), order)
+    def ravel(self, order="C"): return _API._np_ravel(self, order)
     flatten = ravel
+    def swapaxes(self, axis1, axis2): return np.swapaxes(self, axis1, axis2)
+    def repeat(self, repeats, axis=None): return np.repeat(self, repeats, axis)
+    def conj(self): return self             # real values
+    conjugate = conj
+    real = property(lambda self: self)
+    imag = property(lambda self: np.zeros(self.shape))
     def transpose(self, *axes): return _API.transpose(self, axes if axes else None)
     def dot(self, o, out=None): return _API.dot(self, o, out)
     def clip(self, min=None, max=None, out=None, **kw): return _API.clip(self, min, max, out, **kw)
