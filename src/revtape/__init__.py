@@ -28,6 +28,7 @@ from .core.primitives import defjvp, defvjp, primitive, stop_gradient
 __version__ = "0.1.0"
 
 from .numpy_api.structure import array  # noqa: E402  (rt.array: lists mixing tracked values and floats)
+from .numpy_api.structure import c_, r_  # noqa: E402  (np.r_/np.c_ of tracked values)
 
 
 def compile(tape, guards=True, native="auto"):
@@ -70,7 +71,7 @@ __all__ = [
     "stats", "bijectors", "primitive", "defvjp", "defjvp", "stop_gradient",
     "PicklingError", "IndexInputError", "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]
-__all__ += ["array", "ConfigError", "NativeCompileError", "RevtapeWarning", "NativeWarning", "StaleTapeWarning"]
+__all__ += ["array", "r_", "c_", "ConfigError", "NativeCompileError", "RevtapeWarning", "NativeWarning", "StaleTapeWarning"]
 
 
 def __dir__():
