@@ -195,8 +195,8 @@ def test_other_array_functions_honour_their_keywords():
     check_same_as_numpy(lambda x: np.atleast_2d(x[0], x)[0] * x[1], M)
     check_same_as_numpy(lambda x: x[0] * np.full_like(x, 2.0, shape=(2, 4)), M)
     assert np.full_like(rt.Tape().track(M), 3, dtype=np.int64).dtype == np.int64
-    with pytest.raises(rt.UnsupportedError, match="order"):
-        rt.GradientTape(lambda x: np.sum(np.ravel(x, order="F")), M)
+    check_same_as_numpy(lambda x: np.ravel(x, order="F") * np.arange(12.0), M)
+    check_same_as_numpy(lambda x: np.reshape(x, (2, 6), order=None) * np.arange(12.0).reshape(2, 6), M)
 
 
 # ---------------------------------------------------------------- np.fmax / np.fmin / np.hypot

@@ -253,3 +253,30 @@ def test_r_without_tracked_items_is_numpys_and_matrices_are_refused():
         rt.r_["x,y", t.track(_A)]
     with pytest.raises(rt.ConversionError):          # numpy's own np.r_ cannot hold them
         np.r_[t.track(_A), 1.0]
+
+
+# ---------------------------------------------------------------------------- inner, atleast_3d, dstack, column_stack
+
+@pytest.mark.parametrize("fn,shapes", [
+    (np.inner, [(2, 3), (4, 3)]), (np.inner, [(3,), (2, 3)]), (np.inner, [(2, 2, 3), (3,)]),
+    (np.inner, [(3,), (3,)]), (np.atleast_3d, [(3,)]), (np.atleast_3d, [(2, 3)]),
+    (np.atleast_3d, [(2, 1, 2, 1)]), (lambda a, b: np.dstack([a, b]), [(3,), (3,)]),
+    (lambda a, b: np.dstack([a, b]), [(2, 3), (2, 3)]),
+    (lambda a, b: np.column_stack([a, b]), [(3,), (3, 2)]),
+])
+def test_inner_and_the_stacking_helpers(fn, shapes, rng):
+    xs = [rng.standard_normal(s) for s in shapes]
+    want = fn(*xs)
+    t = rt.Tape()
+    np.testing.assert_allclose(rt.value(fn(*[t.track(x) for x in xs])), want, **REL)
+    sizes = np.cumsum([0] + [x.size for x in xs])
+    W = rng.standard_normal(np.shape(want))
+    f = lambda z: np.sum(W * np.sin(fn(*[z[i:j].reshape(s) for i, j, s in
+                                         zip(sizes[:-1], sizes[1:], shapes)])))
+    check_all(f, np.concatenate([x.ravel() for x in xs]))
+
+
+def test_inner_of_misaligned_shapes_is_numpys_error():
+    t = rt.Tape()
+    with pytest.raises(ValueError, match="not aligned"):
+        np.inner(t.track(np.ones((2, 3))), np.ones((3, 2)))

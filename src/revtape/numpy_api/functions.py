@@ -316,12 +316,6 @@ def outer(a, b, out=None):
     return P.mul(reshape(a, (-1, 1)), reshape(b, (1, -1)))
 
 
-def inner(a, b):
-    if np.ndim(_value_of(a)) <= 1 and np.ndim(_value_of(b)) <= 1:
-        return dot(a, b)
-    raise UnsupportedError("np.inner of matrices is not supported on tracked values; use @")
-
-
 def diff(x, n=1, axis=-1, prepend=_NOVALUE, append=_NOVALUE):
     if n < 0:
         raise ValueError(f"order must be non-negative but got {n!r}")
@@ -530,7 +524,7 @@ HANDLED_FUNCTIONS = {
     np.all: _np_all, np.any: _np_any,
     np.mean: mean, np.var: var, np.std: std,
     np.dot: dot, np.vdot: lambda a, b: dot(reshape(a, (-1,)), reshape(b, (-1,))),
-    np.inner: inner, np.outer: outer,
+    np.outer: outer,
     np.where: where, np.clip: clip,
     np.concatenate: concatenate, np.stack: stack, np.hstack: hstack, np.vstack: vstack,
     np.reshape: _np_reshape, np.ravel: _np_ravel,

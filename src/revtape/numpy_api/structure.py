@@ -339,6 +339,20 @@ def tensordot(a, b, axes=2):
     return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b)
 
 
+def inner(a, b):
+    """np.inner: the sum over the last axes of a and b (a scalar operand
+    multiplies), by tensordot."""
+    if len(_shape(a)) == 0 or len(_shape(b)) == 0:
+        return P.mul(a, b)
+    if _shape(a)[-1] != _shape(b)[-1]:
+        raise ValueError(f"shapes {_shape(a)} and {_shape(b)} not aligned: "
+                         f"{_shape(a)[-1]} (dim {len(_shape(a)) - 1}) != "
+                         f"{_shape(b)[-1]} (dim {len(_shape(b)) - 1})")
+    if len(_shape(a)) == 1 and len(_shape(b)) == 1:
+        return _api.dot(a, b)
+    return tensordot(a, b, ([-1], [-1]))
+
+
 def append(arr, values, axis=None):
     if axis is None:
         return _api.concatenate([_api.reshape(arr, (-1,)) if np.ndim(_value_of(arr)) else
@@ -405,6 +419,31 @@ def hstack(tup, *args, **kw):
 
 def vstack(tup, *args, **kw):
     return _vstack([_operand(a) for a in tup], *args, **kw)
+
+
+def atleast_3d(*arys):
+    """np.atleast_3d: (n,) -> (1, n, 1), (m, n) -> (m, n, 1), as numpy."""
+    if len(arys) != 1:
+        return tuple(atleast_3d(a) for a in arys)
+    x = _operand(arys[0])
+    s = _shape(x)
+    new = {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}.get(len(s), s)
+    return x if new == s else _api.reshape(x, new)
+
+
+def dstack(tup, *, dtype=None, casting="same_kind"):
+    _dtype_ok("dstack", dtype)
+    return _concatenate([atleast_3d(a) for a in tup], axis=2)
+
+
+def column_stack(tup):
+    """np.column_stack: 1-d items become columns, the rest are stacked on axis 1."""
+    cols = []
+    for a in tup:
+        a = _operand(a)
+        nd = len(_shape(a))
+        cols.append(_api.reshape(a, _shape(a) + (1,)) if nd < 2 else a)
+    return _concatenate(cols, axis=1)
 
 
 # ---------------------------------------------------------------- np.r_ and np.c_
@@ -491,6 +530,7 @@ _api.HANDLED_FUNCTIONS.update({
     np.argmax: argmax, np.argmin: argmin, np.einsum: einsum, np.tensordot: tensordot,
     np.append: append, np.polyval: polyval,
     np.concatenate: concatenate, np.stack: stack, np.hstack: hstack, np.vstack: vstack,
+    np.inner: inner, np.atleast_3d: atleast_3d, np.dstack: dstack, np.column_stack: column_stack,
 })
 
 __all__ = ["cumsum", "cumprod", "sort", "argsort", "argmax", "argmin", "einsum", "tensordot",
