@@ -522,3 +522,14 @@ def test_every_reduction_takes_a_tracked_where_mask():
     A1 = A0 - 0.5
     np.testing.assert_allclose(ct.forward(A1), f(A1), rtol=1e-13)
     np.testing.assert_allclose(ct.gradient(A1), rt.gradient(f, A1), rtol=1e-13)
+
+
+@pytest.mark.parametrize("fn,k", [(np.rad2deg, 180 / np.pi), (np.degrees, 180 / np.pi),
+                                  (np.deg2rad, np.pi / 180), (np.radians, np.pi / 180)])
+def test_angle_unit_conversions_are_numpys_product(fn, k):
+    x = np.concatenate([RNG.standard_normal(50) * 1e3, [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    got = rt.value(fn(rt.Tape().track(x)))
+    np.testing.assert_array_equal(got.view(np.int64)[:-1], fn(x).view(np.int64)[:-1])
+    assert np.isnan(got[-1])
+    np.testing.assert_allclose(rt.gradient(lambda v: np.sum(fn(v) ** 2), x[:50]),
+                               2 * k * fn(x[:50]), rtol=1e-14)

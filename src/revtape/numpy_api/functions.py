@@ -623,6 +623,9 @@ _UFUNC_SPECIAL = {
     np.log2: lambda x: P.mul(P.log(x), 1.0 / np.log(2.0)),
     np.log10: lambda x: P.mul(P.log(x), 1.0 / np.log(10.0)),
     np.exp2: lambda x: P.pow(2.0, x),
+    # numpy's loops multiply by the constant 180/pi (pi/180): the same product
+    np.rad2deg: lambda x: P.mul(x, 180.0 / np.pi), np.degrees: lambda x: P.mul(x, 180.0 / np.pi),
+    np.deg2rad: lambda x: P.mul(x, np.pi / 180.0), np.radians: lambda x: P.mul(x, np.pi / 180.0),
     np.hypot: lambda x, y: hypot(x, y),
     np.fmax: lambda x, y: fmax(x, y), np.fmin: lambda x, y: fmin(x, y),
     np.isnan: lambda x: np.isnan(_value_of(x)),
