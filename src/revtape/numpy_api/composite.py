@@ -207,6 +207,20 @@ def _listify(condlist, ndim):
     return list(condlist)
 
 
+# ---------------------------------------------------------------- nan_to_num
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """np.nan_to_num: selects recomputed at every replay (nan, +inf, -inf
+    replaced by nan=, posinf=, neginf=; the largest finite floats by
+    default); the derivative is 1 at finite elements, 0 at replaced ones.
+    copy= is about memory (a tracked value is never written in place)."""
+    big = float(np.finfo(np.float64).max)
+    hi = big if posinf is None else posinf
+    lo = -big if neginf is None else neginf
+    return P.where(P.ne(x, x), nan, P.where(P.eq(x, np.inf), hi,
+                                            P.where(P.eq(x, -np.inf), lo, x)))
+
+
 # ---------------------------------------------------------------- complex parts of real values
 
 def real(val):
@@ -228,8 +242,8 @@ def angle(z, deg=False):
 
 _api.HANDLED_FUNCTIONS.update({
     np.kron: kron, np.cross: cross, np.linspace: linspace, np.select: select,
-    np.piecewise: piecewise, np.real: real, np.imag: imag, np.angle: angle,
+    np.piecewise: piecewise, np.nan_to_num: nan_to_num, np.real: real, np.imag: imag, np.angle: angle,
 })
 _api._UFUNC_SPECIAL.update({np.conjugate: lambda x: x})
 
-__all__ = ["kron", "cross", "linspace", "select", "piecewise", "real", "imag", "angle"]
+__all__ = ["kron", "cross", "linspace", "select", "piecewise", "nan_to_num", "real", "imag", "angle"]
