@@ -1,5 +1,5 @@
 """numpy functions built from several rows on tracked values: kron, cross,
-linspace, select, piecewise, and real/imag/conj/angle of real input.
+linspace, select, piecewise, nan_to_num, and real/imag/conj/angle of real input.
 
 Each computes what numpy's own implementation computes, operation for
 operation where the values depend on it (cross's products and differences,
