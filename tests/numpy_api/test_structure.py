@@ -263,6 +263,7 @@ def test_r_without_tracked_items_is_numpys_and_matrices_are_refused():
     (np.atleast_3d, [(2, 1, 2, 1)]), (lambda a, b: np.dstack([a, b]), [(3,), (3,)]),
     (lambda a, b: np.dstack([a, b]), [(2, 3), (2, 3)]),
     (lambda a, b: np.column_stack([a, b]), [(3,), (3, 2)]),
+    (np.column_stack, [(4,)]),                 # the rows of one array: its scalars, (1, 4)
 ])
 def test_inner_and_the_stacking_helpers(fn, shapes, rng):
     xs = [rng.standard_normal(s) for s in shapes]

@@ -442,7 +442,8 @@ def column_stack(tup):
     for a in tup:
         a = _operand(a)
         nd = len(_shape(a))
-        cols.append(_api.reshape(a, _shape(a) + (1,)) if nd < 2 else a)
+        # numpy: array(a, ndmin=2).T -- (n,) -> (n, 1), a scalar -> (1, 1)
+        cols.append(_api.reshape(a, (_shape(a) or (1,)) + (1,)) if nd < 2 else a)
     return _concatenate(cols, axis=1)
 
 
