@@ -386,6 +386,20 @@ BINARY = {
     "arctan2": (np.arctan2, lambda a, b: b / (a ** 2 + b ** 2), lambda a, b: -a / (a ** 2 + b ** 2),
                 lambda r, sa, sb: (_any(r, sa), away_from_zero(r, sb))),
 }
+def _off_the_jumps(r, sa, sb):
+    """a, b with a / b at least 0.05 away from a whole number wherever they meet:
+    remainder and fmod jump there (and finite differences with them)."""
+    while True:
+        a, b = uniform(r, sa, -5.0, 5.0), away_from_zero(r, sb)
+        q = np.divide(a, b)
+        if np.min(np.abs(q - np.round(q))) > 0.05:
+            return a, b
+
+
+BINARY["remainder"] = (np.remainder, lambda a, b: np.ones_like(a + b),
+                       lambda a, b: -np.floor(a / b), _off_the_jumps)
+BINARY["fmod"] = (np.fmod, lambda a, b: np.ones_like(a + b), lambda a, b: -np.trunc(a / b),
+                  _off_the_jumps)
 if sps is not None:
     BINARY["xlogy"] = (sps.xlogy, lambda a, b: np.log(b) + 0 * a, lambda a, b: a / b,
                        lambda r, sa, sb: (_any(r, sa), _pos(r, sb)))

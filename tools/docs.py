@@ -59,7 +59,7 @@ class MissingDocstrings(Exception):
 GROUPS = [
     ("Recording", "Tapes record one run of a function; tracked values are its nodes.",
      ["Tape", "GradientTape", "JacobianTape", "HessianTape", "TrackedReal", "TrackedArray",
-      "value", "istracked", "tape_of", "NULL_TAPE", "array"]),
+      "value", "istracked", "tape_of", "NULL_TAPE", "array", "r_", "c_"]),
     ("One-shot derivatives", "Take a function (recorded at x, every call), a tape or a "
      "compiled tape.", ["gradient", "value_and_gradient", "jacobian", "hessian", "hvp"]),
     ("Compiling", "", ["compile", "CompiledTape"]),
@@ -455,7 +455,7 @@ def ops_md():
           "| ufunc | records |", "|---|---|"]
     for u, rows in ufuncs.items():
         L.append(f"| `np.{u}` | " + (", ".join(f"`{r}`" for r in rows) or
-                                     "nothing (a plain result)") + " |")
+                                     "nothing (the input itself or a plain result)") + " |")
     L.append("")
 
     L += ["## numpy functions on tracked values", "",
@@ -465,7 +465,7 @@ def ops_md():
           ", ".join(f"`{f}`" for f in _handled_functions()) + ".", "",
           "Tracked arrays also have the methods "
           + ", ".join(f"`.{n}`" for n in dir(rt.TrackedArray) if not n.startswith("_"))
-          + ", and the operators `+ - * / ** @`, unary `-`, `abs()`, comparisons and "
+          + ", and the operators `+ - * / % ** @`, unary `-`, `abs()`, comparisons and "
           "indexing (integers, slices, integer arrays, boolean masks).", ""]
 
     from revtape.numpy_api import linalg

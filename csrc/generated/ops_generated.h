@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "be687b48428a7a43"
+#define RT_OP_TABLE_HASH "c6ff9e3dccbb532d"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -81,6 +81,12 @@
     X(BETALN_VV) \
     X(BETALN_VS) \
     X(BETALN_SV) \
+    X(REMAINDER_VV) \
+    X(REMAINDER_VS) \
+    X(REMAINDER_SV) \
+    X(FMOD_VV) \
+    X(FMOD_VS) \
+    X(FMOD_SV) \
     X(GAMMAINC_VV) \
     X(GAMMAINC_VS) \
     X(GAMMAINC_SV) \
@@ -222,6 +228,8 @@
     X(ARCTAN2, (atan2(x, y)), (y / (x * x + y * y)), (-x / (x * x + y * y))) \
     X(XLOG1PY, (rt_xlog1py(x, y)), (log1p(y)), (x == 0.0 ? 0.0 : x / (1.0 + y))) \
     X(BETALN, (rt_betaln(x, y)), (rt_digamma(x) - rt_digamma(x + y)), (rt_digamma(y) - rt_digamma(x + y))) \
+    X(REMAINDER, (rt_remainder(x, y)), (1.0), (-floor(x / y))) \
+    X(FMOD, (fmod(x, y)), (1.0), (-trunc(x / y))) \
     X(GAMMAINC, (rt_gammainc(x, y)), (0.0), (rt_gammainc_dx(x, y))) \
     X(GAMMAINCC, (rt_gammaincc(x, y)), (0.0), (-rt_gammainc_dx(x, y))) \
     X(AZMUL, (x == 0.0 ? 0.0 : x * y), (y), (x))
@@ -391,6 +399,12 @@ enum {
     X(BETALN_VV, COUNT, N, N, N, NONE, 3, 0, "") \
     X(BETALN_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
     X(BETALN_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(REMAINDER_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(REMAINDER_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(REMAINDER_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(FMOD_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(FMOD_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(FMOD_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
     X(GAMMAINC_VV, COUNT, N, N, N, NONE, 3, 0, "") \
     X(GAMMAINC_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
     X(GAMMAINC_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
@@ -575,6 +589,12 @@ enum {
     X(BETALN_VV) \
     X(BETALN_VS) \
     X(BETALN_SV) \
+    X(REMAINDER_VV) \
+    X(REMAINDER_VS) \
+    X(REMAINDER_SV) \
+    X(FMOD_VV) \
+    X(FMOD_VS) \
+    X(FMOD_SV) \
     X(GAMMAINC_VV) \
     X(GAMMAINC_VS) \
     X(GAMMAINC_SV) \

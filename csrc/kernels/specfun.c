@@ -202,6 +202,24 @@ double rt_xlogy(double x, double y)
     return x * log(y);
 }
 
+double rt_remainder(double x, double y)
+{
+    /* numpy's npy_remainder (through npy_divmod), branch for branch: fmod is
+     * exact, and a nonzero result whose sign differs from the divisor's is
+     * moved into the divisor's half-open interval; a zero result takes the
+     * divisor's sign.  y == 0 gives fmod's nan. */
+    double mod = fmod(x, y);
+    if (y == 0.0)
+        return mod;
+    if (mod != 0.0) {
+        if ((y < 0.0) != (mod < 0.0))
+            mod += y;
+    }
+    else
+        mod = copysign(0.0, y);
+    return mod;
+}
+
 /* ------------------------------------------------------------------ second wave
  * erfcx, ndtr, log_ndtr, ndtri, logit, i0e, i1e, sinc, xlog1py, betaln.
  * Written from the defining series, continued fractions and asymptotic

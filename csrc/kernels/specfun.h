@@ -14,6 +14,7 @@
  *   rt_log_expit(x)  log(expit(x))
  *   rt_logaddexp     numpy's npy_logaddexp, bit for bit
  *   rt_xlogy         scipy's xlogy: 0 when x == 0 and y is not nan
+ *   rt_remainder     numpy's npy_remainder (the divisor's sign), bit for bit
  *   rt_erfcx         exp(x^2) erfc(x)         erfcx(inf) = 0, inf below -26.7
  *   rt_ndtr          standard normal CDF
  *   rt_log_ndtr      log ndtr, relative-accurate in both tails (and its derivative)
@@ -40,6 +41,7 @@ double rt_expit(double x);
 double rt_log_expit(double x);
 double rt_logaddexp(double x, double y);
 double rt_xlogy(double x, double y);
+double rt_remainder(double x, double y);
 double rt_erfcx(double x);
 double rt_erfcx_deriv(double x, double f);
 double rt_ndtr(double x);

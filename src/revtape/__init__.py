@@ -18,6 +18,7 @@ from .trace.tracked import TrackedArray, TrackedReal, istracked, tape_of, value
 from .numpy_api import functions as _functions  # noqa: F401  (registers the numpy protocols)
 from .core.pytree import register_pytree_node
 from .numpy_api import linalg, structure as _structure  # noqa: F401
+from .numpy_api import composite as _composite, rearrange as _rearrange  # noqa: F401
 from .trace.recording import GradientTape, JacobianTape
 from .trace.hessian import HessianTape
 from .transforms.api import gradient, hessian, hvp, jacobian, value_and_gradient
@@ -27,6 +28,7 @@ from .core.primitives import defjvp, defvjp, primitive, stop_gradient
 __version__ = "0.1.0"
 
 from .numpy_api.structure import array  # noqa: E402  (rt.array: lists mixing tracked values and floats)
+from .numpy_api.structure import c_, r_  # noqa: E402  (np.r_/np.c_ of tracked values)
 
 
 def compile(tape, guards=True, native="auto"):
@@ -69,7 +71,7 @@ __all__ = [
     "stats", "bijectors", "primitive", "defvjp", "defjvp", "stop_gradient",
     "PicklingError", "IndexInputError", "jvp", "vjp", "register_pytree_node", "LogDensity",
 ]
-__all__ += ["array", "ConfigError", "NativeCompileError", "RevtapeWarning", "NativeWarning", "StaleTapeWarning"]
+__all__ += ["array", "r_", "c_", "ConfigError", "NativeCompileError", "RevtapeWarning", "NativeWarning", "StaleTapeWarning"]
 
 
 def __dir__():

@@ -886,3 +886,70 @@ def test_erfinv_without_scipy():
     """)
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------------------- remainder, fmod
+# numpy's sign conventions at every corner (signed zeros, infinities, nan, a
+# zero divisor, subnormals, huge quotients), in the reference replay, the VM
+# and the native tier alike.
+
+_MOD_VALUES = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 3.0, -3.0, 7.3, -7.3, 1e300, -1e-300,
+                        5e-324, np.inf, -np.inf, np.nan])
+
+
+def _mod_grid():
+    a, b = np.meshgrid(_MOD_VALUES, _MOD_VALUES)
+    return a.ravel(), b.ravel()
+
+
+@pytest.mark.parametrize("fn", [np.remainder, np.fmod])
+def test_remainder_and_fmod_are_numpys_at_every_corner(fn, native_cache):
+    from conftest import same_bits
+    a, b = _mod_grid()
+    n = a.size
+    z = np.concatenate([a, b])
+    with np.errstate(all="ignore"):
+        want = fn(a, b)
+    f = lambda z: fn(z[:n], z[n:])
+    jt = rt.JacobianTape(f, z)
+    assert same_bits(jt.forward(z), want)                          # the reference replay
+    vm, nt = rt.compile(jt, native=False), rt.compile(jt, native=True)
+    assert same_bits(vm.forward(z), want)
+    assert same_bits(nt.forward(z), want)
+    v = np.random.default_rng(0).standard_normal(2 * n)
+    w = np.random.default_rng(1).standard_normal(n)
+    assert same_bits(nt.jvp(z, v), vm.jvp(z, v))
+    assert same_bits(nt.vjp(z, w), vm.vjp(z, w))
+    # the partials: 1 in a, -floor (remainder) or -trunc (fmod) of a / b in b
+    with np.errstate(all="ignore"):
+        q = np.floor(a / b) if fn is np.remainder else np.trunc(a / b)
+    g = vm.vjp(z, np.ones(n))
+    np.testing.assert_array_equal(g[:n], np.ones(n))
+    np.testing.assert_array_equal(g[n:], -q)
+
+
+def test_percent_on_tracked_values_is_remainder():
+    t = rt.Tape()
+    x = t.track(np.array([5.5, -5.5, 0.0, -0.0]))
+    from conftest import same_bits
+    assert same_bits(rt.value(x % 2.0), np.array([5.5, -5.5, 0.0, -0.0]) % 2.0)
+    assert same_bits(rt.value(x % -2.0), np.array([5.5, -5.5, 0.0, -0.0]) % -2.0)
+    assert same_bits(rt.value(7.0 % x[:2]), 7.0 % np.array([5.5, -5.5]))
+    s = t.track(-7.25)
+    assert rt.value(s % 2.0) == -7.25 % 2.0 and rt.value(3.0 % s) == 3.0 % -7.25
+    with pytest.raises(rt.UnsupportedError, match="//"):
+        x // 2.0
+
+
+def test_remainder_second_derivatives_vanish():
+    f = lambda z: np.sum(np.remainder(z[:3], z[3:]) ** 2) + np.sum(np.fmod(z[:3], z[3:]))
+    z = np.array([7.3, -2.2, 5.1, 2.0, 1.5, -1.3])
+    H = rt.hessian(f, z)
+    # d/da (r^2) = 2r, d/db = -2 r q: the Hessian of r^2 is 2 [1, -q]^T [1, -q] per pair
+    q = np.floor(z[:3] / z[3:])
+    want = np.zeros((6, 6))
+    for i in range(3):
+        u = np.zeros(6)
+        u[i], u[3 + i] = 1.0, -q[i]
+        want += 2 * np.outer(u, u)
+    np.testing.assert_allclose(H, want, rtol=1e-13, atol=1e-13)

@@ -195,8 +195,8 @@ def test_other_array_functions_honour_their_keywords():
     check_same_as_numpy(lambda x: np.atleast_2d(x[0], x)[0] * x[1], M)
     check_same_as_numpy(lambda x: x[0] * np.full_like(x, 2.0, shape=(2, 4)), M)
     assert np.full_like(rt.Tape().track(M), 3, dtype=np.int64).dtype == np.int64
-    with pytest.raises(rt.UnsupportedError, match="order"):
-        rt.GradientTape(lambda x: np.sum(np.ravel(x, order="F")), M)
+    check_same_as_numpy(lambda x: np.ravel(x, order="F") * np.arange(12.0), M)
+    check_same_as_numpy(lambda x: np.reshape(x, (2, 6), order=None) * np.arange(12.0).reshape(2, 6), M)
 
 
 # ---------------------------------------------------------------- np.fmax / np.fmin / np.hypot
@@ -522,3 +522,14 @@ def test_every_reduction_takes_a_tracked_where_mask():
     A1 = A0 - 0.5
     np.testing.assert_allclose(ct.forward(A1), f(A1), rtol=1e-13)
     np.testing.assert_allclose(ct.gradient(A1), rt.gradient(f, A1), rtol=1e-13)
+
+
+@pytest.mark.parametrize("fn,k", [(np.rad2deg, 180 / np.pi), (np.degrees, 180 / np.pi),
+                                  (np.deg2rad, np.pi / 180), (np.radians, np.pi / 180)])
+def test_angle_unit_conversions_are_numpys_product(fn, k):
+    x = np.concatenate([RNG.standard_normal(50) * 1e3, [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    got = rt.value(fn(rt.Tape().track(x)))
+    np.testing.assert_array_equal(got.view(np.int64)[:-1], fn(x).view(np.int64)[:-1])
+    assert np.isnan(got[-1])
+    np.testing.assert_allclose(rt.gradient(lambda v: np.sum(fn(v) ** 2), x[:50]),
+                               2 * k * fn(x[:50]), rtol=1e-14)

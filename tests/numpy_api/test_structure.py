@@ -133,6 +133,10 @@ EINSUM = [
     ("bij,bjk->bik", [(2, 3, 4), (2, 4, 2)]), ("ij,kj->ik", [(3, 4), (2, 4)]), ("ij", [(3, 4)]),
     ("ij,jk", [(3, 4), (4, 2)]), ("i,j->ij", [(3,), (4,)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
     ("ij->i", [(3, 4)]), ("ijk->kji", [(2, 3, 4)]), ("...i,...i->...", [(3, 4), (3, 4)]),
+    # numpy's broadcasting: size-1 labels and '...' axes stretch
+    ("ij,ij->ij", [(1, 4), (3, 4)]), ("ij,jk", [(3, 1), (4, 2)]), ("...j,j", [(2, 1, 3), (3,)]),
+    ("...ij,...jk->...ik", [(2, 1, 2, 3), (3, 3, 2)]), ("mnp,pq->mnq", [(2, 3, 4), (4, 1)]),
+    ("i,i", [(1,), (4,)]), ("...,...->...", [(3, 1), (2,)]),
 ]
 
 
@@ -157,11 +161,29 @@ def test_einsum(subscripts, shapes, rng):
     np.testing.assert_allclose(rt.value(np.einsum(subscripts, tracked[0], *ops[1:])), out, **REL)
 
 
+@pytest.mark.parametrize("args", [
+    lambda a, b: (a, [0, 1], b, [1, 2], [0, 2]), lambda a, b: (a, [0, 1], b, [1, 2]),
+    lambda a, b: (a, [Ellipsis, 1], b, [1, 2]), lambda a, b: (a, [1, 0], b, [0, 2], [2, 1]),
+    lambda a, b: (a, [30, 0], b, [0, 29]),                 # labels past 'Z' keep numpy's order
+    lambda a, b: (a, [0, 1], [1, 0]),
+])
+def test_einsum_sublist_form(args, rng):
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+    out = np.einsum(*args(a, b))
+    t = rt.Tape()
+    got = np.einsum(*args(t.track(a), b))
+    np.testing.assert_allclose(rt.value(got), out, **REL)
+    W = rng.standard_normal(np.shape(out))
+    check_all(lambda a: np.sum(W * np.einsum(*args(a, b)) ** 2), a)
+
+
 def test_einsum_refuses_what_it_cannot_do(rng):
     t = rt.Tape()
     a = t.track(rng.standard_normal((3, 4)))
-    with pytest.raises(rt.UnsupportedError, match="broadcasting"):
-        np.einsum("ij,ij->ij", a, np.ones((1, 4)))
+    with pytest.raises(ValueError, match="broadcast"):
+        np.einsum("ij,ij->ij", a, np.ones((2, 4)))
+    with pytest.raises(ValueError, match="sublist"):
+        np.einsum(a, [0, "x"])
     with pytest.raises(rt.UnsupportedError):
         np.einsum("ij->i", a, out=np.empty(3))
     with pytest.raises(ValueError):
@@ -191,3 +213,71 @@ def test_append(rng):
     np.testing.assert_array_equal(rt.value(np.append(t.track(x), [7.0])), np.append(x, [7.0]))
     v = t.track(2.5)
     np.testing.assert_array_equal(rt.value(np.append(np.ones(2), v)), [1.0, 1.0, 2.5])
+
+
+# ---------------------------------------------------------------------------- rt.r_ and rt.c_
+
+_A = np.arange(3.0) - 0.5
+_B = np.arange(6.0).reshape(2, 3) * 0.3
+
+R_CASES = [
+    lambda R, C, a, b: R[a, 0, a, 1:3], lambda R, C, a, b: R[a, [a[0] * 2, 5.0]],
+    lambda R, C, a, b: R[a[0], a], lambda R, C, a, b: R[b, b], lambda R, C, a, b: R["-1", b, b],
+    lambda R, C, a, b: R["0,2", a, a], lambda R, C, a, b: R["0,2,0", a, a],
+    lambda R, C, a, b: R["1,2,0", a, a], lambda R, C, a, b: R[0.5:2:4j, a],
+    lambda R, C, a, b: C[a, a], lambda R, C, a, b: C[b.T, a], lambda R, C, a, b: C[a[0], a[1]],
+    lambda R, C, a, b: C[a, 2.0 * np.ones(3), a[::-1]],
+]
+
+
+@pytest.mark.parametrize("k", range(len(R_CASES)))
+def test_r_and_c_of_tracked_items_are_numpys(k):
+    fn = R_CASES[k]
+    want = fn(np.r_, np.c_, _A, _B)
+    t = rt.Tape()
+    got = fn(rt.r_, rt.c_, t.track(_A), t.track(_B))
+    assert np.shape(rt.value(got)) == want.shape
+    np.testing.assert_array_equal(rt.value(got), want)
+    W = np.random.default_rng(k).standard_normal(want.shape)
+    x = np.concatenate([_A, _B.ravel()])
+    check_all(lambda x: np.sum(W * fn(rt.r_, rt.c_, x[:3], x[3:].reshape(2, 3)) ** 2), x)
+
+
+def test_r_without_tracked_items_is_numpys_and_matrices_are_refused():
+    np.testing.assert_array_equal(rt.r_[1:4, 7, [8, 9]], np.r_[1:4, 7, [8, 9]])
+    assert rt.c_[np.ones(2), np.zeros(2)].shape == (2, 2)
+    t = rt.Tape()
+    with pytest.raises(rt.UnsupportedError, match="matrix"):
+        rt.r_["r", t.track(_A)]
+    with pytest.raises(ValueError, match="directive"):
+        rt.r_["x,y", t.track(_A)]
+    with pytest.raises(rt.ConversionError):          # numpy's own np.r_ cannot hold them
+        np.r_[t.track(_A), 1.0]
+
+
+# ---------------------------------------------------------------------------- inner, atleast_3d, dstack, column_stack
+
+@pytest.mark.parametrize("fn,shapes", [
+    (np.inner, [(2, 3), (4, 3)]), (np.inner, [(3,), (2, 3)]), (np.inner, [(2, 2, 3), (3,)]),
+    (np.inner, [(3,), (3,)]), (np.atleast_3d, [(3,)]), (np.atleast_3d, [(2, 3)]),
+    (np.atleast_3d, [(2, 1, 2, 1)]), (lambda a, b: np.dstack([a, b]), [(3,), (3,)]),
+    (lambda a, b: np.dstack([a, b]), [(2, 3), (2, 3)]),
+    (lambda a, b: np.column_stack([a, b]), [(3,), (3, 2)]),
+    (np.column_stack, [(4,)]),                 # the rows of one array: its scalars, (1, 4)
+])
+def test_inner_and_the_stacking_helpers(fn, shapes, rng):
+    xs = [rng.standard_normal(s) for s in shapes]
+    want = fn(*xs)
+    t = rt.Tape()
+    np.testing.assert_allclose(rt.value(fn(*[t.track(x) for x in xs])), want, **REL)
+    sizes = np.cumsum([0] + [x.size for x in xs])
+    W = rng.standard_normal(np.shape(want))
+    f = lambda z: np.sum(W * np.sin(fn(*[z[i:j].reshape(s) for i, j, s in
+                                         zip(sizes[:-1], sizes[1:], shapes)])))
+    check_all(f, np.concatenate([x.ravel() for x in xs]))
+
+
+def test_inner_of_misaligned_shapes_is_numpys_error():
+    t = rt.Tape()
+    with pytest.raises(ValueError, match="not aligned"):
+        np.inner(t.track(np.ones((2, 3))), np.ones((3, 2)))

@@ -500,6 +500,24 @@ _binary("betaln", _scipy_special("betaln"), "rt_betaln(x, y)",
         special="betaln")
 
 
+# remainder (np.remainder, np.mod, %) and fmod: numpy's sign conventions (the
+# result has the divisor's sign, resp. the dividend's), in C branch for branch
+# as numpy's npy_remainder/npy_fmod.  The derivatives are autograd's: 1 in x,
+# -floor(x / y) (remainder) and -trunc(x / y) (fmod) in y -- piecewise
+# constant, so their own derivatives vanish and Hessians see only the jumps'
+# absence.  trunc(q) is written floor/ceil by q's sign (no row of its own).
+def _trunc(q):
+    return P.where(P.ge(q, 0.0), P.floor(q), P.ceil(q))
+
+
+_binary("remainder", np.remainder, "rt_remainder(x, y)",
+        (lambda f, x, y: 1.0, lambda f, x, y: P.neg(P.floor(P.div(x, y)))),
+        ("1.0", "-floor(x / y)"))
+_binary("fmod", np.fmod, "fmod(x, y)",
+        (lambda f, x, y: 1.0, lambda f, x, y: P.neg(_trunc(P.div(x, y)))),
+        ("1.0", "-trunc(x / y)"))
+
+
 def _no_shape_derivative(f, a, x):
     raise UnsupportedError("the derivative of gammainc/gammaincc with respect to the shape a "
                            "is not implemented; pass a as a constant (only x may be tracked)")

@@ -178,11 +178,21 @@ def std(x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=Tru
 
 
 def reshape(x, shape, order="C"):
-    if order != "C":
-        raise UnsupportedError("only C-order reshape is supported on tracked values")
+    """Reshape in numpy's orders: C (and None, numpy's spelling of it; 'A',
+    as a tracked value is logically C-contiguous) is a view; F a gather."""
+    if order is None or order == "A":
+        order = "C"
+    if order not in ("C", "F"):
+        raise ValueError("order must be one of 'C', 'F', 'A'")
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     v = _value_of(x)
+    n = int(np.prod(shape_of(v), dtype=np.int64))
+    if order == "F":
+        idx = np.arange(n).reshape(shape_of(v)).reshape(tuple(int(s) for s in shape), order="F")
+        if np.array_equal(idx.ravel(), np.arange(n)):
+            return reshape(x, idx.shape)
+        return P.take(x, idx=np.ascontiguousarray(idx))
     new = np.empty(shape_of(v), dtype=np.int8).reshape(tuple(int(s) for s in shape)).shape
     if new == shape_of(v):
         return x
@@ -304,12 +314,6 @@ def atleast_2d(*xs):
 def outer(a, b, out=None):
     _check_common("np.outer", out)
     return P.mul(reshape(a, (-1, 1)), reshape(b, (1, -1)))
-
-
-def inner(a, b):
-    if np.ndim(_value_of(a)) <= 1 and np.ndim(_value_of(b)) <= 1:
-        return dot(a, b)
-    raise UnsupportedError("np.inner of matrices is not supported on tracked values; use @")
 
 
 def diff(x, n=1, axis=-1, prepend=_NOVALUE, append=_NOVALUE):
@@ -446,7 +450,7 @@ def _np_reshape(a, shape=None, order="C", *, newshape=None, copy=None):
 
 def _np_ravel(a, order="C"):
     # a tracked value is logically C-contiguous: 'A' and 'K' read it in C order
-    return reshape(a, (-1,), "C" if order in ("A", "K") else order)
+    return reshape(a, (-1,), "C" if order in ("A", "K", None) else order)
 
 
 def _np_take(a, indices, axis=None, out=None, mode="raise"):
@@ -520,7 +524,7 @@ HANDLED_FUNCTIONS = {
     np.all: _np_all, np.any: _np_any,
     np.mean: mean, np.var: var, np.std: std,
     np.dot: dot, np.vdot: lambda a, b: dot(reshape(a, (-1,)), reshape(b, (-1,))),
-    np.inner: inner, np.outer: outer,
+    np.outer: outer,
     np.where: where, np.clip: clip,
     np.concatenate: concatenate, np.stack: stack, np.hstack: hstack, np.vstack: vstack,
     np.reshape: _np_reshape, np.ravel: _np_ravel,
@@ -619,6 +623,9 @@ _UFUNC_SPECIAL = {
     np.log2: lambda x: P.mul(P.log(x), 1.0 / np.log(2.0)),
     np.log10: lambda x: P.mul(P.log(x), 1.0 / np.log(10.0)),
     np.exp2: lambda x: P.pow(2.0, x),
+    # numpy's loops multiply by the constant 180/pi (pi/180): the same product
+    np.rad2deg: lambda x: P.mul(x, 180.0 / np.pi), np.degrees: lambda x: P.mul(x, 180.0 / np.pi),
+    np.deg2rad: lambda x: P.mul(x, np.pi / 180.0), np.radians: lambda x: P.mul(x, np.pi / 180.0),
     np.hypot: lambda x, y: hypot(x, y),
     np.fmax: lambda x, y: fmax(x, y), np.fmin: lambda x, y: fmin(x, y),
     np.isnan: lambda x: np.isnan(_value_of(x)),

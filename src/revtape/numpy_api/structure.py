@@ -185,13 +185,16 @@ def _parse(subscripts, shapes):
         out = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
     else:
         out = out.replace("...", ell)
+    # a label's size is the same in every operand, or 1 in some: those
+    # broadcast (numpy's einsum broadcasting, '...' axes and named labels alike)
     sizes = {}
     for term, s in zip(labels, shapes):
         for c, n in zip(term, s):
-            if sizes.setdefault(c, n) != n:
-                raise UnsupportedError(f"einsum on tracked values: label {c!r} has sizes "
-                                       f"{sizes[c]} and {n} (broadcasting in einsum is not "
-                                       "supported)")
+            m = sizes.setdefault(c, n)
+            if m != n and 1 not in (m, n):
+                raise ValueError(f"einsum: operands could not be broadcast together: label "
+                                 f"{c!r} has sizes {m} and {n}")
+            sizes[c] = max(m, n) if 1 in (m, n) else n
     if len(set(out)) != len(out) or any(c not in sizes for c in out):
         raise ValueError(f"einsum: output subscripts {out!r} are invalid")
     return labels, out, sizes
@@ -251,6 +254,31 @@ def _pair(x, tx, y, ty, keep, sizes):
     return _sum_labels(r, full, batch + only_x + only_y)
 
 
+def _from_sublists(first, rest):
+    """numpy's sublist form einsum(op0, [0, 1], op1, [1, 2], [0, 2]) as its
+    subscripts string and operands: label k in 0-51 is numpy's letter for it
+    ('A'-'Z', then 'a'-'z', so an implicit output keeps their order),
+    Ellipsis is '...'."""
+    args = (first,) + tuple(rest)
+    out, pairs = (args[-1], args[:-1]) if len(args) % 2 else (None, args)
+    letters = string.ascii_uppercase + string.ascii_lowercase
+
+    def term(sub):
+        parts = []
+        for k in sub:
+            if k is Ellipsis:
+                parts.append("...")
+            elif isinstance(k, (int, np.integer)) and 0 <= int(k) < 52:
+                parts.append(letters[int(k)])
+            else:
+                raise ValueError(f"einsum: subscript {k!r} in a sublist is not an integer in "
+                                 "[0, 52) or Ellipsis")
+        return "".join(parts)
+
+    spec = ",".join(term(sub) for sub in pairs[1::2])
+    return spec + ("" if out is None else "->" + term(out)), tuple(pairs[0::2])
+
+
 def einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="safe",
            optimize=False):
     """np.einsum for tracked operands, lowered to existing instructions:
@@ -258,10 +286,12 @@ def einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="safe
     batch labels), broadcast multiply and sum (with batch labels).  Explicit
     and implicit output, '...'; any number of operands, contracted left to
     right.  `optimize` changes only the order of work in numpy and is
-    accepted; out= is refused, labels whose sizes differ (einsum broadcasting)
-    are refused."""
+    accepted; out= is refused.  Broadcasting as numpy's: a label (named or
+    under '...') of size 1 in one operand stretches to its size in another.
+    The sublist form einsum(a, [0, 1], b, [1, 2], [0, 2]) is read as the
+    equivalent subscripts string."""
     if not isinstance(subscripts, str):
-        raise UnsupportedError("einsum on tracked values takes the subscripts-string form")
+        subscripts, operands = _from_sublists(subscripts, operands)
     _refuse("einsum", out=out)
     _dtype_ok("einsum", dtype)
     if not operands:
@@ -269,6 +299,9 @@ def einsum(subscripts, *operands, out=None, dtype=None, order="K", casting="safe
     labels, outl, sizes = _parse(subscripts, [_shape(x) for x in operands])
     xs, terms = [], []
     for x, term in zip(operands, labels):
+        if any(n != sizes[c] for c, n in zip(term, _shape(x))):
+            # a size-1 axis against a longer one: the operand broadcast to it
+            x = ops.broadcast_to(x, tuple(sizes[c] for c in term))
         x, term = _take_diagonals(x, term)
         xs.append(x)
         terms.append(term)
@@ -304,6 +337,20 @@ def tensordot(a, b, axes=2):
     out = [c for i, c in enumerate(la) if i not in ax_a] + \
           [c for j, c in enumerate(lb) if j not in ax_b]
     return einsum(f"{''.join(la)},{''.join(lb)}->{''.join(out)}", a, b)
+
+
+def inner(a, b):
+    """np.inner: the sum over the last axes of a and b (a scalar operand
+    multiplies), by tensordot."""
+    if len(_shape(a)) == 0 or len(_shape(b)) == 0:
+        return P.mul(a, b)
+    if _shape(a)[-1] != _shape(b)[-1]:
+        raise ValueError(f"shapes {_shape(a)} and {_shape(b)} not aligned: "
+                         f"{_shape(a)[-1]} (dim {len(_shape(a)) - 1}) != "
+                         f"{_shape(b)[-1]} (dim {len(_shape(b)) - 1})")
+    if len(_shape(a)) == 1 and len(_shape(b)) == 1:
+        return _api.dot(a, b)
+    return tensordot(a, b, ([-1], [-1]))
 
 
 def append(arr, values, axis=None):
@@ -374,6 +421,94 @@ def vstack(tup, *args, **kw):
     return _vstack([_operand(a) for a in tup], *args, **kw)
 
 
+def atleast_3d(*arys):
+    """np.atleast_3d: (n,) -> (1, n, 1), (m, n) -> (m, n, 1), as numpy."""
+    if len(arys) != 1:
+        return tuple(atleast_3d(a) for a in arys)
+    x = _operand(arys[0])
+    s = _shape(x)
+    new = {0: (1, 1, 1), 1: (1,) + s + (1,), 2: s + (1,)}.get(len(s), s)
+    return x if new == s else _api.reshape(x, new)
+
+
+def dstack(tup, *, dtype=None, casting="same_kind"):
+    _dtype_ok("dstack", dtype)
+    return _concatenate([atleast_3d(a) for a in tup], axis=2)
+
+
+def column_stack(tup):
+    """np.column_stack: 1-d items become columns, the rest are stacked on axis 1."""
+    cols = []
+    for a in tup:
+        a = _operand(a)
+        nd = len(_shape(a))
+        # numpy: array(a, ndmin=2).T -- (n,) -> (n, 1), a scalar -> (1, 1)
+        cols.append(_api.reshape(a, (_shape(a) or (1,)) + (1,)) if nd < 2 else a)
+    return _concatenate(cols, axis=1)
+
+
+# ---------------------------------------------------------------- np.r_ and np.c_
+
+# numpy's class behind np.r_ (its module is private in numpy 2)
+_AxisConcatenator = next(c for c in type(np.r_).__mro__ if c.__name__ == "AxisConcatenator")
+
+
+class AxisConcatenator(_AxisConcatenator):
+    """numpy's np.r_ / np.c_ (the same directives, slices, scalars and
+    ndmin/trans1d rules) for items that include tracked values or lists
+    holding them: the result is a tracked concatenation.  numpy's own np.r_
+    turns each item into a plain array with np.array, which no tracked value
+    can pass (it raises ConversionError); without tracked items this one is
+    numpy's.  The matrix directives 'r' and 'c' are refused on tracked items."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key):
+        items = key if isinstance(key, tuple) else (key,)
+        if not _holds_tracked(list(items)):
+            return _AxisConcatenator.__getitem__(self, key)
+        axis, ndmin, trans1d = self.axis, self.ndmin, self.trans1d
+        objs = []
+        for k, item in enumerate(items):
+            if isinstance(item, str):
+                if k != 0:
+                    raise ValueError("special directives must be the first entry.")
+                if item in ("r", "c"):
+                    raise UnsupportedError("np.r_['r', ...] / np.r_['c', ...] build np.matrix "
+                                           "objects, which cannot hold tracked values")
+                try:
+                    vec = [int(v) for v in item.split(",")]
+                except ValueError as e:
+                    raise ValueError(f"unknown special directive {item!r}") from e
+                if len(vec) == 1:
+                    axis = vec[0]
+                else:
+                    axis, ndmin = vec[:2]
+                    if len(vec) == 3:
+                        trans1d = vec[2]
+                continue
+            if not _holds_tracked(item):
+                # numpy's own rules for one plain item (slice, scalar, array)
+                objs.append(_AxisConcatenator(axis, False, ndmin, trans1d)[item])
+                continue
+            x = array(item)
+            nd = len(_shape(x))
+            if nd < ndmin:
+                x = _api.reshape(x, (1,) * (ndmin - nd) + _shape(x))
+                if trans1d != -1:
+                    k2, k1 = ndmin - nd, trans1d
+                    if k1 < 0:
+                        k1 += k2 + 1
+                    axes = list(range(ndmin))
+                    x = ops.transpose(x, axes[:k1] + axes[k2:] + axes[k1:k2])
+            objs.append(x)
+        return _concatenate(objs, axis=axis)
+
+
+r_ = AxisConcatenator(0)
+c_ = AxisConcatenator(-1, ndmin=2, trans1d=0)
+
+
 # ---------------------------------------------------------------- polyval
 
 def polyval(p, x):
@@ -396,7 +531,8 @@ _api.HANDLED_FUNCTIONS.update({
     np.argmax: argmax, np.argmin: argmin, np.einsum: einsum, np.tensordot: tensordot,
     np.append: append, np.polyval: polyval,
     np.concatenate: concatenate, np.stack: stack, np.hstack: hstack, np.vstack: vstack,
+    np.inner: inner, np.atleast_3d: atleast_3d, np.dstack: dstack, np.column_stack: column_stack,
 })
 
 __all__ = ["cumsum", "cumprod", "sort", "argsort", "argmax", "argmin", "einsum", "tensordot",
-           "append", "array", "polyval", "masked_getitem"]
+           "append", "array", "polyval", "masked_getitem", "r_", "c_"]

@@ -296,7 +296,10 @@ class Tracked:
         raise UnsupportedError("// has zero derivative almost everywhere; use np.floor(a / b) "
                                "if you mean it")
 
-    __rfloordiv__ = __mod__ = __rmod__ = __floordiv__
+    __rfloordiv__ = __floordiv__
+    # %: np.remainder's row (the divisor's sign, as Python and numpy)
+    def __mod__(self, o): return P.remainder(self, o)
+    def __rmod__(self, o): return P.remainder(o, self)
 
     # ------------------------------------------------ comparisons
     def __lt__(self, o): return compare("lt", self, o)
@@ -342,8 +345,14 @@ class Tracked:
             shape = shape[0]
         return _API.reshape(self, shape, order)
 
-    def ravel(self, order="C"): return _API.reshape(self, (-1,), order)
+    def ravel(self, order="C"): return _API._np_ravel(self, order)
     flatten = ravel
+    def swapaxes(self, axis1, axis2): return np.swapaxes(self, axis1, axis2)
+    def repeat(self, repeats, axis=None): return np.repeat(self, repeats, axis)
+    def conj(self): return self             # real values
+    conjugate = conj
+    real = property(lambda self: self)
+    imag = property(lambda self: np.zeros(self.shape))
     def transpose(self, *axes): return _API.transpose(self, axes if axes else None)
     def dot(self, o, out=None): return _API.dot(self, o, out)
     def clip(self, min=None, max=None, out=None, **kw): return _API.clip(self, min, max, out, **kw)

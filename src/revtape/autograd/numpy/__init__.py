@@ -4,7 +4,8 @@ revtape.autograd.numpy as np``.
 Every numpy name is here.  numpy functions already reach revtape's rules on
 tracked values through numpy's protocols; what this namespace adds is what
 those protocols cannot: ``np.array``/``np.asarray`` of (nested) lists that
-hold tracked values build a tracked array (numpy's own would refuse), and a
+hold tracked values build a tracked array (numpy's own would refuse), so do ``np.r_[...]`` and
+``np.c_[...]`` of tracked values, and a
 function given a list of tracked values as an array (``np.sum([a, b])``)
 stacks it first.  ``np.random`` is numpy's, ``np.linalg`` numpy's functions
 as far as revtape differentiates them, ``np.fft`` refuses tracked values
@@ -17,6 +18,7 @@ import types as _types
 import numpy as _onp
 
 from ...numpy_api.structure import array as _rt_array
+from ...numpy_api.structure import c_, r_  # noqa: F401  (np.r_/np.c_ of tracked values)
 from ...trace.tracked import istracked as _istracked
 from . import fft, linalg, random  # noqa: F401  (np.fft, np.linalg, np.random)
 
