@@ -22,7 +22,6 @@ called from many threads at once.
 
 import copy
 import threading
-import warnings
 from collections import namedtuple
 
 import numpy as np
@@ -32,6 +31,7 @@ from ..trace.hessian import HessianTape, Parts
 from ..trace.recording import gc_paused
 from ..runtime.compiled import CompiledTape
 from ..errors import BranchChanged, InputError, StaleTape
+from ..errors import warn as warn_user
 from .functional import is_tracked, regroup, track_arg
 from ..trace.tape import Tape
 from .grad import MAX_VARIANTS, StaleTapeWarning, _pre_snapshots, _Watcher, collect_guards
@@ -225,10 +225,10 @@ class CachedTransform:
             # constants, so nothing is cached and every call records afresh
             if not self._warned_draws:
                 self._warned_draws = True
-                warnings.warn(f"{self.__name__} draws random numbers ({draws}); rt.{self.kind}"
-                              "(f) records it on every call so that each call draws afresh "
-                              "(correct, but not compiled). Pass the noise in as an argument",
-                              RandomDrawWarning, stacklevel=3)
+                warn_user(f"{self.__name__} draws random numbers ({draws}); rt.{self.kind}"
+                          "(f) records it on every call so that each call draws afresh "
+                          "(correct, but not compiled). Pass the noise in as an argument",
+                          RandomDrawWarning)
             return self._replay(ctape, x, v)
         var = _Variant(ctape, guards.compiled_check(), self._make_run)
         with self._lock:
@@ -241,9 +241,9 @@ class CachedTransform:
             self._cache[key] = [var] + variants
             self._stats["records"] += 1
         if warn:
-            warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
-                          "(its branches keep changing); the oldest are dropped",
-                          StaleTapeWarning, stacklevel=3)
+            warn_user(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
+                      "(its branches keep changing); the oldest are dropped",
+                      StaleTapeWarning)
         return self._replay(ctape, x, v)
 
     def _build(self, x, args, kwargs):

@@ -35,7 +35,6 @@ import itertools
 import sys
 import threading
 import types
-import warnings
 from collections import namedtuple
 from struct import pack as _struct_pack
 
@@ -49,8 +48,9 @@ from ..runtime.compiled import CompiledTape, _check_compilable
 from ..runtime.vm import ffi as _ffi, lib as _lib
 from ..errors import (BranchChanged, InputError, PicklingError, RevtapeError, StaleTape,
                       StaleTapeWarning)
+from ..errors import warn as warn_user
 from ..trace.tape import Tape
-from ..trace.watch import RandomDrawWarning, Watcher, _user_stacklevel
+from ..trace.watch import RandomDrawWarning, Watcher
 
 MAX_VARIANTS = 8
 EAGER_RETRY = 32          # eager calls past MAX_VARIANTS before caching is tried again (doubles)
@@ -878,10 +878,10 @@ class GradFunction:
             else:
                 warn = False
         if warn:
-            warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
-                          "(branches or redefinitions keep changing); revtape now records it on "
-                          f"every call, trying to cache it again after {entry.eager_left} calls",
-                          StaleTapeWarning, stacklevel=4)
+            warn_user(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
+                      "(branches or redefinitions keep changing); revtape now records it on "
+                      f"every call, trying to cache it again after {entry.eager_left} calls",
+                      StaleTapeWarning)
         return entry
 
     def _record(self, key, args, kwargs, argnums, proxy_draws=True, why=None):
@@ -960,11 +960,11 @@ class GradFunction:
         _draws.unswap_guards(guards)
         if guards.unwatched and not self._warned_unwatched:
             self._warned_unwatched = True
-            warnings.warn(f"{self.__name__} reads state that revtape cannot watch: "
-                          f"{guards.unwatched[0]}; a change there is not seen by the cached "
-                          f"program. Pass such values as arguments, or call "
-                          f"{self.__name__}.clear_cache() after changing them",
-                          StaleTapeWarning, stacklevel=_user_stacklevel())
+            warn_user(f"{self.__name__} reads state that revtape cannot watch: "
+                      f"{guards.unwatched[0]}; a change there is not seen by the cached "
+                      f"program. Pass such values as arguments, or call "
+                      f"{self.__name__}.clear_cache() after changing them",
+                      StaleTapeWarning)
         if draws is not None:
             draws.add_guards(guards, _snapshot)
         return self._compile_variant(entry, tape, n_diff, guards, draws, spec, parts,
@@ -1002,16 +1002,15 @@ class GradFunction:
             self._stats["records"] += 1
             warn, self._warned_draws = not self._warned_draws, True
         if warn:
-            warnings.warn(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
-                          "revtape records it on every call so that each call draws afresh "
-                          "(correct, but not compiled"
-                          + (f"; {why}" if why else "") + "). Compiled replays draw "
-                          "afresh from numpy Generators and RandomStates (and np.random.*) "
-                          "whose numbers stay on the tape: any method with plain "
-                          "parameters, normal/uniform/exponential also with tracked ones, "
-                          "integers/choice/permutation as indices of tracked or reachable "
-                          "arrays; or pass the noise in as an argument", RandomDrawWarning,
-                          stacklevel=4 if why is None else 6)
+            warn_user(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
+                      "revtape records it on every call so that each call draws afresh "
+                      "(correct, but not compiled"
+                      + (f"; {why}" if why else "") + "). Compiled replays draw "
+                      "afresh from numpy Generators and RandomStates (and np.random.*) "
+                      "whose numbers stay on the tape: any method with plain "
+                      "parameters, normal/uniform/exponential also with tracked ones, "
+                      "integers/choice/permutation as indices of tracked or reachable "
+                      "arrays; or pass the noise in as an argument", RandomDrawWarning)
         value = tape.values[tape.output_id]
         grads = tape._grads_out(tape._reverse(1.0), None)
         if isinstance(grads, tuple):
