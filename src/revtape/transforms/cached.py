@@ -23,10 +23,12 @@ called from many threads at once.
 import copy
 import threading
 from collections import namedtuple
+from typing import Any, Callable, Sequence, overload
 
 import numpy as np
 
 from ..core import pytree
+from ..core.apitypes import Function, PyTree
 from ..trace.hessian import HessianTape, Parts
 from ..trace.recording import gc_paused
 from ..runtime.compiled import CompiledTape
@@ -147,7 +149,9 @@ class CachedTransform:
         return f"<rt.{self.kind}({self.__name__}) cached transform>"
 
     # ------------------------------------------------ call
-    def __call__(self, x, *args, **kwargs):
+    def __call__(self, x: PyTree, *args: Any, **kwargs: Any) -> Any:
+        """The transform at x (hvp and jvp: at x along v, the next argument);
+        the other arguments are f's data."""
         v = None
         if self._takes_v:
             if not args:
@@ -288,10 +292,12 @@ class CachedTransform:
     __copy__ = lambda self: self.__deepcopy__({})
 
     # ------------------------------------------------ introspection
-    def cache_info(self):
+    def cache_info(self) -> "CacheInfo":
+        """records, replays, branch_failures, stale and variants (programs kept)."""
         return CacheInfo(variants=sum(len(v) for v in self._cache.values()), **self._stats)
 
-    def clear_cache(self):
+    def clear_cache(self) -> None:
+        """Drop the recorded programs."""
         self._cache.clear()
 
 
@@ -333,10 +339,40 @@ def _flat_arg(leaves):
     return leaves[0] if len(leaves) == 1 else tuple(leaves)
 
 
-def jvp(f, primals=None, tangents=None):
+@overload
+def jvp(f: Function, primals: None = None, tangents: None = None) -> CachedTransform: ...
+@overload
+def jvp(f: Function, primals: Sequence[PyTree], tangents: Sequence[PyTree]) -> tuple[Any, Any]: ...
+
+
+def jvp(f: Function, primals: Sequence[PyTree] | None = None,
+        tangents: Sequence[PyTree] | None = None) -> CachedTransform | tuple[Any, Any]:
     """rt.jvp(f, primals, tangents) -> (f(*primals), J tangents), as jax.jvp: f
     recorded at primals and one tangent sweep in C.  rt.jvp(f) without primals
-    is the cached transform: rt.jvp(f)(x, v) -> (f(x), J v)."""
+    is the cached transform: rt.jvp(f)(x, v) -> (f(x), J v).
+
+    Parameters
+    ----------
+    f : callable
+        The function, of ``len(primals)`` positional arguments.
+    primals : tuple or list, optional
+        Where to evaluate: one float, array or pytree per argument of f.
+        Without it, the cached transform ``rt.jvp(f)(x, v)``.
+    tangents : tuple or list
+        One tangent per primal, structured like it.  Primals and tangents may
+        be tracked values themselves (nested forward and reverse modes compose).
+
+    Returns
+    -------
+    (value, tangent) or CachedTransform
+        f's value and its directional derivative J tangents (shaped like the
+        value); without primals, the cached transform.
+
+    Raises
+    ------
+    InputError
+        primals or tangents are not tuples of matching length.
+    """
     if primals is None:
         return CachedTransform(f, "jvp")
     if not isinstance(tangents, (tuple, list)) or len(tangents) != len(primals):
@@ -352,10 +388,25 @@ def jvp(f, primals=None, tangents=None):
     return out, (float(ydot[0]) if shape == () else ydot.reshape(shape))
 
 
-def vjp(f, *primals):
+def vjp(f: Function, *primals: PyTree) -> tuple[Any, Callable[[PyTree], tuple[Any, ...]]]:
     """rt.vjp(f, *primals) -> (f(*primals), vjp_fun), as jax.vjp: vjp_fun(w)
     returns a tuple with one cotangent per primal (shaped like it: pytrees
-    too), each call one reverse sweep in C at the recorded primals."""
+    too), each call one reverse sweep in C at the recorded primals.
+
+    Parameters
+    ----------
+    f : callable
+        The function of the primals; its value may be a scalar, an array or a
+        pytree of arrays.
+    *primals : float, ndarray or pytree
+        Where to evaluate, one per positional argument of f.
+
+    Returns
+    -------
+    (value, vjp_fun)
+        f's value, and a function of a cotangent w (structured like the
+        value) returning ``w^T J``: a tuple with one cotangent per primal.
+    """
     tape, layout, leaves = _record_primals(f, primals)
     ctape = CompiledTape(tape)
     out = tape.values[tape.output_id]

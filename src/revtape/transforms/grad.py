@@ -37,11 +37,13 @@ import threading
 import types
 from collections import namedtuple
 from struct import pack as _struct_pack
+from typing import Any, Sequence
 
 import numpy as np
 
 from . import draws as _draws, functional, progcache
 from ..core import ops
+from ..core.apitypes import Function, OnStale
 from .functional import _holds_tracked
 from ..trace.recording import gc_paused
 from ..runtime.compiled import CompiledTape, _check_compilable
@@ -695,7 +697,9 @@ class GradFunction:
         self._warned_unwatched = False
 
     # ------------------------------------------------ call
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """f's gradient (``value_and_grad``: ``(value, gradient)``) at these
+        arguments: a replay of the program recorded for their structure."""
         if self._fast and len(args) == 1 and not kwargs and type(args[0]) is np.ndarray:
             a = args[0]
             key, parts, argnums = (a.shape, a.dtype), None, (0,)
@@ -1111,7 +1115,7 @@ class GradFunction:
         return (value, g) if self.with_value else g
 
     # ------------------------------------------------ introspection
-    def cache_info(self):
+    def cache_info(self) -> "CacheInfo":
         """records, replays, branch_failures, stale, variants, eager (an input
         structure is being recorded on every call), size (cached input
         structures), maxsize (cache_size) and evictions (structures dropped as
@@ -1124,7 +1128,7 @@ class GradFunction:
                          eager=any(e.eager for e in entries), size=len(entries),
                          maxsize=self.cache_size, **stats)
 
-    def clear_cache(self):
+    def clear_cache(self) -> None:
         """Drop the recorded programs of f (shared by every rt.grad object made
         for f with the same options; a deep copy's are its own)."""
         with self._lock:
@@ -1240,16 +1244,96 @@ def _static_key(a, where="argument"):
     return (t, a)     # kept alive by the cache: its id is never reused while cached
 
 
-def grad(fun, argnums=0, on_stale="rerecord", has_aux=False, *, cache_size=DEFAULT_CACHE_SIZE):
+def grad(fun: Function, argnums: int | Sequence[int] = 0, on_stale: OnStale = "rerecord",
+         has_aux: bool = False, *, cache_size: int | None = DEFAULT_CACHE_SIZE) -> GradFunction:
     """grad(f)(x) -> gradient; recorded and compiled on the first call per input
     structure, replayed after, re-recorded when a guard fails.  The cache keeps
-    the `cache_size` most recently used input structures (None: unbounded)."""
+    the `cache_size` most recently used input structures (None: unbounded).
+
+    Parameters
+    ----------
+    fun : callable
+        The function to differentiate; it returns a scalar (with
+        ``has_aux=True``: a pair ``(scalar, aux)``).
+    argnums : int or sequence of int, default 0
+        Which positional arguments to differentiate: an int gives that
+        argument's gradient, a sequence a tuple of gradients.  Each may be a
+        float, an array or a pytree; the other arguments are data, re-read on
+        every call.
+    on_stale : {"rerecord", "raise"}, default "rerecord"
+        What a call does when a guard fails (another branch, or something f
+        read was redefined or rebound): record f again, or raise
+        ``rt.StaleTape``.
+    has_aux : bool, default False
+        f returns ``(value, aux)``; aux is returned beside the gradient, as in JAX.
+    cache_size : int or None, default 64
+        How many input structures (shapes, dtypes, pytree layouts) keep a
+        compiled program, least recently used dropped first; None: unbounded.
+
+    Returns
+    -------
+    GradFunction
+        A function of f's arguments returning f's gradient (``(gradient,
+        aux)`` with has_aux), shaped like the differentiated argument(s);
+        ``.cache_info()`` and ``.clear_cache()`` report on and drop its
+        programs.  Programs are shared process-wide by every ``rt.grad(f)``
+        with the same options, so ``rt.grad(f)(x)`` written inline in a loop
+        replays too.  Safe to call from many threads; deep-copies and pickles.
+
+    Raises
+    ------
+    InputError
+        fun is not callable, or cache_size is not a positive int or None.
+    StaleTape
+        (from a call) a guard failed under ``on_stale="raise"``.
+
+    Examples
+    --------
+    >>> import numpy as np, revtape as rt
+    >>> g = rt.grad(lambda x: np.sum(np.sin(x)))
+    >>> g(np.zeros(2))
+    array([1., 1.])
+    """
     return GradFunction(fun, argnums, on_stale, with_value=False, has_aux=has_aux,
                         cache_size=cache_size)
 
 
-def value_and_grad(fun, argnums=0, on_stale="rerecord", has_aux=False, *,
-                   cache_size=DEFAULT_CACHE_SIZE):
-    """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad."""
+def value_and_grad(fun: Function, argnums: int | Sequence[int] = 0,
+                   on_stale: OnStale = "rerecord", has_aux: bool = False, *,
+                   cache_size: int | None = DEFAULT_CACHE_SIZE) -> GradFunction:
+    """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad.
+
+    Parameters
+    ----------
+    fun : callable
+        The function to differentiate; it returns a scalar (with
+        ``has_aux=True``: a pair ``(scalar, aux)``).
+    argnums : int or sequence of int, default 0
+        Which positional arguments to differentiate: an int gives that
+        argument's gradient, a sequence a tuple of gradients.  Each may be a
+        float, an array or a pytree; the other arguments are data, re-read on
+        every call.
+    on_stale : {"rerecord", "raise"}, default "rerecord"
+        What a call does when a guard fails (another branch, or something f
+        read was redefined or rebound): record f again, or raise
+        ``rt.StaleTape``.
+    has_aux : bool, default False
+        f returns ``(value, aux)``; aux is returned beside the gradient, as in JAX.
+    cache_size : int or None, default 64
+        How many input structures (shapes, dtypes, pytree layouts) keep a
+        compiled program, least recently used dropped first; None: unbounded.
+
+    Returns
+    -------
+    GradFunction
+        As ``rt.grad``'s, returning ``(value, gradient)`` (with has_aux:
+        ``((value, aux), gradient)``).
+
+    Examples
+    --------
+    >>> import numpy as np, revtape as rt
+    >>> rt.value_and_grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
+    (5.0, array([2., 4.]))
+    """
     return GradFunction(fun, argnums, on_stale, with_value=True, has_aux=has_aux,
                         cache_size=cache_size)
