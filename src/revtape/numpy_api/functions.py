@@ -609,7 +609,10 @@ def _gammainc_in_x(name):
         return getattr(P, name)(a, x)
     f.__name__ = name
     f.__doc__ = (f"scipy.special.{name}(a, x), the regularised incomplete gamma function: "
-                 "differentiable in x only (a tracked a raises UnsupportedError).")
+                 "differentiable in x only (a tracked a raises UnsupportedError).\n\n"
+                 "Parameters\n----------\na : float or array_like\n    The shape, a plain "
+                 "value.\nx : float or array_like\n    Plain or tracked; broadcast with a.\n\n"
+                 "Returns\n-------\nfloat or ndarray\n    Elementwise; tracked when x is.\n")
     return f
 
 
