@@ -48,7 +48,30 @@ from ..trace.tape import NULL_TAPE, Tape
 
 
 class CompiledTape(Replay, Sweeps, Plumbing, Batches, Binding, NativeHandoff):
-    """A tape lowered to the C VM.  Same replay methods as Tape, run in C."""
+    """A tape lowered to the C VM.  Same replay methods as Tape, run in C.
+
+    ``rt.compile(tape)`` is the usual spelling.  One CompiledTape serves one
+    thread at a time (``copy.deepcopy`` gives an independent copy, compiled
+    afresh); it pickles (rebuilt and verified on load).
+
+    Parameters
+    ----------
+    tape : Tape
+        A finished tape.
+    guards : bool, default True
+        Check the recorded branches at every replay (``rt.BranchChanged``).
+    n_grad : int, optional
+        Differentiate only the first n_grad inputs (the rest are data).
+    native : {"auto", True, False}, default "auto"
+        The native tier (see ``rt.compile``).
+
+    Raises
+    ------
+    InputError
+        tape is not a finished tape with inputs and an output.
+    VerificationError
+        The C verifier refused the program (it is never run).
+    """
 
     def __new__(cls, tape: Any = None, *args: Any, **kwargs: Any) -> "CompiledTape":
         # A HessianTape's program is a CompiledHessian (below) however it is

@@ -29,6 +29,15 @@ class HessianTape(Tape):
     ``gradient(x)`` replays it; ``hessian(x)`` is its Jacobian;
     ``hvp(x, v)`` one reverse sweep of it seeded with v (H is symmetric).
     Compiled, the same two are tangent sweeps of it in C: forward-over-reverse.
+
+    Parameters
+    ----------
+    f : callable
+        The scalar function, of the tracked x (``f(*x)`` for a tuple x when f
+        takes that many arguments).
+    x : float, ndarray, tuple or pytree
+        Where to record; a tuple or pytree is laid out as one flat vector, and
+        the methods take and give values structured like x.
     """
 
     def __init__(self, f: Function, x: PyTree) -> None:

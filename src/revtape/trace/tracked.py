@@ -426,13 +426,34 @@ class Tracked:
 
 
 class TrackedReal(Tracked):
-    """A tracked scalar (a node of shape ())."""
+    """A tracked scalar (a node of shape ()): it acts as a float, and every
+    operation on it records onto its tape.
+
+    Parameters
+    ----------
+    value : float
+        The value.
+    tape : Tape, default rt.NULL_TAPE
+        A recording tape to register it on as an input (``tape.track(value)``
+        is the usual spelling); the default is an untracked constant.
+    """
 
     __slots__ = ()
 
 
 class TrackedArray(Tracked):
-    """A tracked float64 array (any shape with ndim >= 1)."""
+    """A tracked float64 array (any shape with ndim >= 1): it acts as an
+    ndarray, and every operation on it records onto its tape as one array
+    instruction.
+
+    Parameters
+    ----------
+    value : array_like
+        The value (converted to float64).
+    tape : Tape, default rt.NULL_TAPE
+        A recording tape to register it on as an input (``tape.track(value)``
+        is the usual spelling); the default is an untracked constant.
+    """
 
     __slots__ = ()
 
