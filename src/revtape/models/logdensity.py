@@ -611,9 +611,20 @@ class NegativeLogDensity:
     def __init__(self, base: LogDensity) -> None:
         self.base = base
 
-    dimension = property(lambda self: self.base.dimension)
-    names = property(lambda self: self.base.names)
-    x0 = property(lambda self: self.base.x0)
+    @property
+    def dimension(self) -> int:
+        """The length of the flat vector."""
+        return self.base.dimension
+
+    @property
+    def names(self) -> list[str]:
+        """The coordinates' names."""
+        return self.base.names
+
+    @property
+    def x0(self) -> FloatArray:
+        """The recording point, flat."""
+        return self.base.x0
 
     def logdensity(self, x: ArrayLike) -> float:
         """-log density at x."""

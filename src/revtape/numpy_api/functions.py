@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from ..core import ops
+from ..core.apitypes import ArrayLike
 from ..trace import tape as _tape_module
 from ..trace import tracked as _tracked
 from ..errors import ConversionError, UnsupportedError
@@ -600,7 +601,7 @@ _REDUCE_UFUNCS = ops.REDUCE_UFUNCS
 
 
 def _gammainc_in_x(name):
-    def f(a, x):
+    def f(a: ArrayLike, x: ArrayLike) -> "np.ndarray | float":
         if istracked(a):
             raise UnsupportedError(
                 f"scipy.special.{name}(a, x) on tracked values is differentiable in x only: "

@@ -123,7 +123,7 @@ def _hvp_runner(ctape):
 class CachedTransform:
     """The function returned by rt.jacobian(f), rt.hessian(f), rt.hvp(f), rt.jvp(f)."""
 
-    def __init__(self, fun, kind, on_stale="rerecord"):
+    def __init__(self, fun: Function, kind: str, on_stale: str = "rerecord") -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}")
         if on_stale not in ("rerecord", "raise"):

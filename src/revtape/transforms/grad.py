@@ -648,8 +648,10 @@ def _normalise_argnums(argnums):
 class GradFunction:
     """The function returned by rt.grad / rt.value_and_grad."""
 
-    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False, has_aux=False, *,
-                 cache_size=DEFAULT_CACHE_SIZE, private=False):
+    def __init__(self, fun: Function, argnums: int | Sequence[int] = 0,
+                 on_stale: OnStale = "rerecord", with_value: bool = False,
+                 has_aux: bool = False, *, cache_size: int | None = DEFAULT_CACHE_SIZE,
+                 private: bool = False) -> None:
         if on_stale not in ("rerecord", "raise"):
             raise ValueError("on_stale must be 'rerecord' or 'raise'")
         if not callable(fun):
