@@ -196,6 +196,8 @@ class _Dist:
 # ---------------------------------------------------------------- continuous
 
 class _Norm(_Dist):
+    """The normal distribution, scipy.stats.norm: mean loc, standard deviation scale."""
+
     def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: -0.5 * np.square(z) - 0.5 * _LOG_2PI, x, loc, scale, True)
 
@@ -207,6 +209,8 @@ class _Norm(_Dist):
 
 
 class _Halfnorm(_Dist):
+    """The half-normal distribution on [loc, inf), scipy.stats.halfnorm."""
+
     def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: 0.5 * math.log(2.0 / math.pi) - 0.5 * np.square(z),
                           x, loc, scale, True, _below_zero)
@@ -235,6 +239,9 @@ def _log_gauss_mass(a, b):
 
 
 class _Truncnorm(_Dist):
+    """The normal distribution truncated to [a, b], scipy.stats.truncnorm: a and b
+    are in standard units, (bound - loc) / scale."""
+
     def logpdf(self, x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0.0,
                scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
@@ -256,6 +263,8 @@ def _cauchy_std(z):
 
 
 class _Cauchy(_Dist):
+    """The Cauchy distribution, scipy.stats.cauchy: location loc, scale scale."""
+
     def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(_cauchy_std, x, loc, scale, True)
 
@@ -267,6 +276,8 @@ class _Cauchy(_Dist):
 
 
 class _Halfcauchy(_Dist):
+    """The half-Cauchy distribution on [loc, inf), scipy.stats.halfcauchy."""
+
     def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: math.log(2.0 / math.pi) - np.log1p(np.square(z)),
                           x, loc, scale, True, _below_zero)
@@ -282,6 +293,8 @@ class _Halfcauchy(_Dist):
 
 
 class _T(_Dist):
+    """Student's t distribution with df degrees of freedom, scipy.stats.t."""
+
     def logpdf(self, x: ArrayLike, df: ArrayLike,
                loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         # log Gamma((df+1)/2) - log Gamma(df/2) = log Gamma(1/2) - betaln(df/2, 1/2):
@@ -295,6 +308,8 @@ class _T(_Dist):
 
 
 class _Laplace(_Dist):
+    """The Laplace (double exponential) distribution, scipy.stats.laplace."""
+
     def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: -np.abs(z) - math.log(2.0), x, loc, scale, True)
 
@@ -317,6 +332,8 @@ def _logistic_std(z):
 
 
 class _Logistic(_Dist):
+    """The logistic distribution, scipy.stats.logistic."""
+
     def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(_logistic_std, x, loc, scale, True)
 
@@ -328,6 +345,8 @@ class _Logistic(_Dist):
 
 
 class _Expon(_Dist):
+    """The exponential distribution on [loc, inf) with mean scale, scipy.stats.expon."""
+
     def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: -z, x, loc, scale, True, _below_zero)
 
@@ -348,6 +367,8 @@ def _plain_shape_param(a, what):
 
 
 class _Gamma(_Dist):
+    """The gamma distribution with shape a, scipy.stats.gamma (the rate is 1 / scale)."""
+
     def logpdf(self, x: ArrayLike, a: ArrayLike,
                loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
@@ -374,6 +395,8 @@ class _Gamma(_Dist):
 
 
 class _Invgamma(_Dist):
+    """The inverse gamma distribution with shape a, scipy.stats.invgamma."""
+
     def logpdf(self, x: ArrayLike, a: ArrayLike,
                loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
@@ -384,6 +407,8 @@ class _Invgamma(_Dist):
 
 
 class _Beta(_Dist):
+    """The beta distribution with shapes a, b on [loc, loc + scale], scipy.stats.beta."""
+
     def logpdf(self, x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0.0,
                scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
@@ -395,6 +420,9 @@ class _Beta(_Dist):
 
 
 class _Lognorm(_Dist):
+    """The log-normal distribution, scipy.stats.lognorm: log((x - loc) / scale) is
+    normal with standard deviation s (scale = exp(mu))."""
+
     def logpdf(self, x: ArrayLike, s: ArrayLike,
                loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
@@ -423,6 +451,8 @@ class _Lognorm(_Dist):
 
 
 class _Uniform(_Dist):
+    """The uniform distribution on [loc, loc + scale], scipy.stats.uniform."""
+
     def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         lp = _minus_log_scale(0.0, scale)
@@ -441,6 +471,8 @@ class _Uniform(_Dist):
 
 
 class _WeibullMin(_Dist):
+    """The Weibull distribution with shape c, scipy.stats.weibull_min."""
+
     def logpdf(self, x: ArrayLike, c: ArrayLike,
                loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
@@ -466,6 +498,8 @@ class _WeibullMin(_Dist):
 
 
 class _Vonmises(_Dist):
+    """The von Mises distribution with concentration kappa, scipy.stats.vonmises."""
+
     def logpdf(self, x: ArrayLike, kappa: ArrayLike,
                loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         # scipy's: kappa cosm1(x) - log(2 pi) - log(i0e(kappa)); support the real line
@@ -488,6 +522,8 @@ def _p_invalid(p, open_low=False):
 
 
 class _Poisson(_Dist):
+    """The Poisson distribution with mean mu, scipy.stats.poisson."""
+
     def logpmf(self, k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0.0) -> Density:
         k = _shift(k, loc)
         lp = P.xlogy(k, mu) - P.gammaln(k + 1.0) - mu
@@ -495,6 +531,8 @@ class _Poisson(_Dist):
 
 
 class _Binom(_Dist):
+    """The binomial distribution of n trials with success probability p, scipy.stats.binom."""
+
     def logpmf(self, k: ArrayLike, n: ArrayLike, p: ArrayLike, loc: ArrayLike = 0.0) -> Density:
         k = _shift(k, loc)
         comb = P.gammaln(n + 1.0) - (P.gammaln(k + 1.0) + P.gammaln(n - k + 1.0))
@@ -505,11 +543,16 @@ class _Binom(_Dist):
 
 
 class _Bernoulli(_Dist):
+    """The Bernoulli distribution with success probability p, scipy.stats.bernoulli."""
+
     def logpmf(self, k: ArrayLike, p: ArrayLike, loc: ArrayLike = 0.0) -> Density:
         return binom.logpmf(k, 1.0, p, loc)
 
 
 class _Nbinom(_Dist):
+    """The negative binomial distribution, scipy.stats.nbinom: the failures before
+    the n-th success, each trial a success with probability p."""
+
     def logpmf(self, k: ArrayLike, n: ArrayLike, p: ArrayLike, loc: ArrayLike = 0.0) -> Density:
         k = _shift(k, loc)
         lp = P.gammaln(n + k) - P.gammaln(k + 1.0) - P.gammaln(n) + n * np.log(p) \
@@ -519,6 +562,9 @@ class _Nbinom(_Dist):
 
 
 class _Geom(_Dist):
+    """The geometric distribution, scipy.stats.geom: the trials up to and including
+    the first success, of probability p."""
+
     def logpmf(self, k: ArrayLike, p: ArrayLike, loc: ArrayLike = 0.0) -> Density:
         k = _shift(k, loc)
         lp = P.xlog1py(k - 1.0, -p) + np.log(p)
@@ -527,6 +573,9 @@ class _Geom(_Dist):
 
 
 class _Betabinom(_Dist):
+    """The beta-binomial distribution, scipy.stats.betabinom: n trials with a
+    success probability drawn from beta(a, b)."""
+
     def logpmf(self, k: ArrayLike, n: ArrayLike, a: ArrayLike, b: ArrayLike,
                loc: ArrayLike = 0.0) -> Density:
         k = _shift(k, loc)
@@ -540,6 +589,8 @@ class _Betabinom(_Dist):
 # ---------------------------------------------------------------- multivariate
 
 class _Dirichlet(_Dist):
+    """The Dirichlet distribution with concentrations alpha, scipy.stats.dirichlet."""
+
     def logpdf(self, x: ArrayLike, alpha: ArrayLike) -> Density:
         """scipy's layout: alpha is (K,), x is (K,) or (K, ...) -- the components
         along the FIRST axis, as scipy.stats.dirichlet computes it; x may also
@@ -560,6 +611,9 @@ class _Dirichlet(_Dist):
 
 
 class _Multinomial(_Dist):
+    """The multinomial distribution of n trials with probabilities p,
+    scipy.stats.multinomial."""
+
     def logpmf(self, x: ArrayLike, n: ArrayLike, p: ArrayLike) -> Density:
         """Components along the last axis of x and p (scipy's layout)."""
         lp = P.gammaln(n + 1.0) + np.sum(P.xlogy(x, p) - P.gammaln(x + 1.0), axis=-1)
@@ -576,6 +630,9 @@ class _Multinomial(_Dist):
 
 
 class _MultivariateNormal(_Dist):
+    """The multivariate normal distribution, scipy.stats.multivariate_normal: mean
+    and cov (a matrix, or a scalar or vector for a diagonal covariance)."""
+
     def logpdf(self, x: ArrayLike, mean: ArrayLike | None = None, cov: ArrayLike = 1,
                allow_singular: bool = False) -> Density:
         """scipy's layout: the last axis of x holds the components (a 1-D x is
