@@ -188,6 +188,40 @@ def test_a_user_program_passes_mypy_strict_and_runs(tmp_path, mypy_cache):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+USER_AUTOGRAD = '''"""A program written for autograd, with its imports renamed."""
+from typing import Any
+
+import revtape.autograd.numpy as np
+from revtape.autograd import grad, hessian, value_and_grad
+from revtape.autograd.misc import flatten
+from revtape.autograd.misc.optimizers import adam
+from revtape.autograd.test_util import check_grads
+import revtape.autograd.scipy.special as sps
+
+
+def f(x: Any) -> Any:
+    return np.sum(np.tanh(x) ** 2) + sps.gammaln(x[0] + 2.0)
+
+
+x = np.array([0.1, 0.2])
+g = grad(f)(x)
+v, g2 = value_and_grad(f)(x)
+H = hessian(f)(x)
+check_grads(f, modes=["rev"], order=1)(x)
+flat, unflat = flatten({"a": np.ones(2)})
+xo = adam(lambda x, i: grad(f)(x), np.ones(2), num_iters=3)
+assert H.shape == (2, 2) and xo.shape == (2,)
+'''
+
+
+def test_an_autograd_program_passes_mypy_strict_and_runs(tmp_path, mypy_cache):
+    code, out = _mypy(tmp_path, mypy_cache, "user_autograd.py", USER_AUTOGRAD)
+    assert code == 0, out
+    r = subprocess.run([sys.executable, "user_autograd.py"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 USER_WRONG = """\
 import numpy as np
 import revtape as rt

@@ -71,7 +71,7 @@ class HessianTape(Tape):
         self._replay(self._flat(x))
         return self._vals[self._value_id]
 
-    def value_and_gradient(self, x: PyTree, out: PyTree = None) -> tuple[float, Any]:  # type: ignore[override]
+    def value_and_gradient(self, x: PyTree, out: PyTree = None) -> tuple[float, Any]:
         """Replay at x; returns (f's value, its gradient shaped like x)."""
         self._check_finished()
         if self._parts is not None:
@@ -86,7 +86,7 @@ class HessianTape(Tape):
             return value, out
         return value, g
 
-    def gradient(self, x: PyTree, out: PyTree = None) -> Any:  # type: ignore[override]
+    def gradient(self, x: PyTree, out: PyTree = None) -> Any:
         """Replay at x; returns f's gradient, shaped like x."""
         return self.value_and_gradient(x, out)[1]
 
