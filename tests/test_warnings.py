@@ -178,7 +178,27 @@ def test_native_auto_without_a_compiler_says_what_to_do_at_the_users_line(
     assert "install a c compiler" in msg.lower() and "REVTAPE_NATIVE=0" in msg
 
 
-# ----------------------------------------------------------------- the helpers
+def test_native_auto_with_a_failing_compiler_points_at_the_users_line(
+        auto_without_a_compiler, monkeypatch, tmp_path):
+    monkeypatch.setenv("REVTAPE_CC", "false")             # runs, and fails
+    monkeypatch.setenv("REVTAPE_CACHE_DIR", str(tmp_path))  # nothing cached here
+    c = 0.75 + 1 / 7919.0
+    ctape = rt.compile(rt.GradientTape(lambda x: np.sum(np.cos(x) * x) * c, X3))
+    line = [0]
+
+    def hot():
+        for _ in range(8):
+            line[0] = _here() + 1
+            ctape.value_and_gradient(X3)
+        assert not ctape.wait_native(600)
+
+    (w,) = _caught(hot)
+    msg = str(w.message)
+    assert w.category is rt.NativeWarning and (w.filename, w.lineno) == (__file__, line[0])
+    assert "failed" in msg and "native=False" not in msg and "REVTAPE_NATIVE=0" in msg
+
+
+# ----------------------------------------------------------------- the helpers (errors.py)
 
 # stands for revtape code: two functions whose frames lie in the package's files
 _inside: dict = {"warn": warn, "rt": rt}
@@ -213,3 +233,4 @@ def test_warn_at_names_the_captured_site_from_another_thread():
 
     (w,) = _caught(call)
     assert (w.filename, w.lineno) == (__file__, here)
+

@@ -1906,14 +1906,13 @@ def _warn_once(e):
             return
         _warned.add(kind)
     try:
-        if kind == "compiler":
-            _warn(f"revtape: this tape got hot, but native='auto' could not build native code "
-                  f"for it: {getattr(e, 'missing', e)}.  The VM keeps serving it (the same "
-                  f"results, only slower).  Install a C compiler or set CC to one; set "
-                  f"REVTAPE_NATIVE=0 to stop trying (and silence this warning).")
-        else:
-            _warn(f"revtape: this tape got hot, but native='auto' could not build native code "
-                  f"for it ({e}).  The VM keeps serving it (the same results, only slower).  "
-                  f"Set REVTAPE_NATIVE=0 to stop trying (and silence this warning).")
+        # native=True's advice (use native=False) is what "auto" does already
+        why = re.sub(r"[;,]? (or )?compile with native=False to use the VM$", "", str(e))
+        missing = getattr(e, "missing", None)
+        _warn(f"revtape: this tape got hot, but native='auto' could not build native code "
+              f"for it: {missing or why}.  The VM keeps serving it (the same results, only "
+              f"slower).  " + ("Install a C compiler or set CC to one; set " if missing else
+                               "Set ") + "REVTAPE_NATIVE=0 to stop trying (and silence this "
+              "warning).")
     except BaseException:                     # noqa: BLE001 - e.g. warnings turned into errors
         pass
