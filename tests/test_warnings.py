@@ -4,6 +4,9 @@ must name this file (and the line that called into revtape) as its origin,
 however deep inside revtape it was issued -- on another thread too (the
 native tier's background build)."""
 
+import os
+import pathlib
+import subprocess
 import sys
 import warnings
 
@@ -234,3 +237,20 @@ def test_warn_at_names_the_captured_site_from_another_thread():
     (w,) = _caught(call)
     assert (w.filename, w.lineno) == (__file__, here)
 
+
+
+def test_warn_at_works_for_code_without_a_source_file():
+    # `python -c` (and interactive code): __main__'s loader has no source to give
+    code = ("import threading, warnings, revtape as rt\n"
+            "from revtape.errors import user_site, warn_at\n"
+            "site = user_site()\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    t = threading.Thread(target=warn_at, args=('later', rt.NativeWarning, site))\n"
+            "    t.start(); t.join()\n"
+            "print([(w.filename, w.lineno) for w in caught])\n")
+    src = str(pathlib.Path(rt.__file__).resolve().parents[1])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": src})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[('<string>', 3)]", r.stdout + r.stderr

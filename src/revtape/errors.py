@@ -149,5 +149,7 @@ def warn_at(message: str, category: type[RevtapeWarning], site: UserSite | None)
         warn(message, category)
         return
     registry = site.globals.setdefault("__warningregistry__", {})
+    # no module_globals: warnings would ask the module's loader for its source,
+    # which fails for `python -c` and interactive code (whose __main__ has none)
     _warnings.warn_explicit(message, category, site.filename, site.lineno, module=site.module,
-                            registry=registry, module_globals=site.globals)
+                            registry=registry)
