@@ -80,7 +80,9 @@ def _doc(obj):
 
 
 def _signature(obj, drop_first=False):
-    """The parameters, without private ones (a leading underscore)."""
+    """The parameters, without private ones (a leading underscore) and without
+    their annotations (the docstrings' Parameters sections give the types in
+    words; the annotations are for type checkers)."""
     try:
         if inspect.isclass(obj):
             init = obj.__dict__.get("__init__") or next(
@@ -95,8 +97,48 @@ def _signature(obj, drop_first=False):
     params = list(sig.parameters.values())
     if drop_first and params:
         params = params[1:]
-    params = [p for p in params if not p.name.startswith("_")]
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in params
+              if not p.name.startswith("_")]
     return str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
+
+
+_ITEMS = ("Parameters", "Returns", "Raises", "Attributes", "Other Parameters", "Warns")
+
+
+def _markdown(doc):
+    """A numpy-style docstring as markdown: each section header a bold line
+    (its dashes would make a heading), each item of Parameters, Returns,
+    Raises and Attributes a list item with its description, doctest lines a
+    code block."""
+    lines, out, section, i = doc.split("\n"), [], None, 0
+    while i < len(lines):
+        line = lines[i]
+        under = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if line.strip() and set(under) == {"-"} and len(under) == len(line.strip()):
+            section = line.strip()
+            out += [f"**{section}**", ""]
+            i += 2
+            continue
+        if line.startswith(">>> "):
+            block = []
+            while i < len(lines) and lines[i].strip():
+                block.append(lines[i])
+                i += 1
+            out += ["```python", *block, "```"]
+            continue
+        if section in _ITEMS and line.strip() and not line.startswith(" "):
+            name, _, kind = line.partition(" : ")
+            item = f"- `{name.strip()}`" + (f" ({kind.strip()})" if kind else "")
+            i += 1
+            desc = []
+            while i < len(lines) and lines[i].startswith(" "):
+                desc.append(lines[i].strip())
+                i += 1
+            out.append(item + (": " + " ".join(desc) if desc else ""))
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
 
 
 def _one_line(text):
@@ -121,7 +163,7 @@ class Api:
     def entry(self, level, title, doc):
         self.w(f"{'#' * level} `{title}`", "")
         if doc:
-            self.w(doc, "")
+            self.w(_markdown(doc), "")
 
     def function(self, qual, obj, level=3, show=None):
         self.entry(level, f"{show or qual}{_signature(obj)}", self.need(qual, obj))
@@ -219,11 +261,14 @@ def api_md():
         f = getattr(rt.special, n)
         op = getattr(f, "op", None)
         if op is not None and n in rows or (op is not None and n == "psi"):
-            args = "(x)" if op.family == ops.UNARY else "(x, y)"
-            alias = " (an alias of `digamma`)" if n == "psi" else ""
-            a.entry(3, f"rt.special.{n}{args}",
-                    f"`scipy.special.{n}` on tracked and plain values{alias}: the op-table row "
-                    f"`{op.name}` ({op.family}; see [ops.md](ops.md#elementwise-rows)).")
+            # a row's primitive takes *args: its docstring's first line names the arguments
+            first = _doc(f).split("\n", 1)[0]
+            args = first[first.index("("):first.index(")") + 1] if first.startswith(
+                "scipy.special.") else "(x)" if op.family == ops.UNARY else "(x, y)"
+            if n == "psi":
+                a.entry(3, f"rt.special.psi{args}", "The same function as `rt.special.digamma`.")
+            else:
+                a.entry(3, f"rt.special.{n}{args}", a.need(f"rt.special.{n}", f))
         else:
             a.function(f"rt.special.{n}", f)
 

@@ -7,6 +7,8 @@ instruction buffer replayed by a small C virtual machine.
     value, grad = ctape.value_and_gradient(x)
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import (BranchChanged, BuildMismatchError, ConcurrentUseError, ConversionError,
                      InputError, OutputError, RevtapeError, StaleTape, TapeFinishedError,
                      TapeMixError, UnsupportedError, VerificationError)
@@ -29,18 +31,58 @@ __version__ = "0.1.0"
 
 from .numpy_api.structure import array  # noqa: E402  (rt.array: lists mixing tracked values and floats)
 from .numpy_api.structure import c_, r_  # noqa: E402  (np.r_/np.c_ of tracked values)
+from .core.apitypes import NativeMode  # noqa: E402
+
+if TYPE_CHECKING:
+    # What __getattr__ below loads on first use, as type checkers should see it
+    from .runtime.compiled import CompiledTape
+    from .transforms.grad import grad, value_and_grad
+    from .transforms.cached import jvp, vjp
+    from .models.logdensity import LogDensity
 
 
-def compile(tape, guards=True, native="auto"):
-    """Lower a finished tape into a flat C program: a CompiledTape.  native=True also
-    translates it to C compiled by the system compiler now; "auto" (the default)
-    replays on the VM and switches to native code in the background once the tape
-    is hot; False is the VM only (docs/guide/native.md)."""
+def compile(tape: Tape, guards: bool = True, native: NativeMode = "auto") -> "CompiledTape":
+    """Lower a finished tape into a flat C program: a CompiledTape.
+
+    Parameters
+    ----------
+    tape : Tape
+        A finished tape (``rt.GradientTape(f, x)``, ``rt.JacobianTape``,
+        ``rt.HessianTape``, or an ``rt.Tape()`` after ``tape.finish(y)``).
+    guards : bool, default True
+        Check at every replay that each comparison recorded on a tracked value
+        takes the recorded branch (``rt.BranchChanged`` otherwise).  False
+        replays the recorded branch whatever the input.
+    native : {"auto", True, False}, default "auto"
+        ``"auto"`` replays on the VM and switches to native code, built in the
+        background by the system C compiler, once the tape is hot; ``True``
+        builds the native code now; ``False`` is the VM only
+        (docs/guide/native.md).
+
+    Returns
+    -------
+    CompiledTape
+        The verified program, with the tape's replay methods run in C.
+
+    Raises
+    ------
+    InputError
+        The tape is still recording, has no inputs, or is not a tape.
+    NativeCompileError
+        ``native=True`` and no native code could be built (no C compiler...).
+
+    Examples
+    --------
+    >>> import numpy as np, revtape as rt
+    >>> ctape = rt.compile(rt.GradientTape(lambda x: np.sum(x ** 2), np.ones(3)))
+    >>> ctape.value_and_gradient(np.array([1.0, 2.0, 3.0]))
+    (14.0, array([2., 4., 6.]))
+    """
     from .runtime.compiled import CompiledTape
     return CompiledTape(tape, guards=guards, native=native)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     # The compiled side and the function transforms import the C extension;
     # load them on first use so that `import revtape` stays cheap.
     if name == "CompiledTape":
@@ -74,7 +116,7 @@ __all__ = [
 __all__ += ["array", "r_", "c_", "ConfigError", "NativeCompileError", "RevtapeWarning", "NativeWarning", "StaleTapeWarning"]
 
 
-def __dir__():
+def __dir__() -> list[str]:
     # the lazily loaded names (grad, CompiledTape, LogDensity, ...) are
     # public API too: list them with the eagerly imported ones
     return sorted(set(globals()) | set(__all__))

@@ -1,6 +1,13 @@
-"""The errors revtape raises.  Every one is a RevtapeError and says what to do."""
+"""The errors revtape raises and the warnings it issues.  Every error is a
+RevtapeError and says what to do; every warning is a RevtapeWarning issued
+through warn() (or warn_at()), which points it at the user's line."""
 
+import os as _os
 import pickle as _pickle
+import sys as _sys
+import warnings as _warnings
+from types import FrameType as _FrameType
+from typing import Any as _Any, NamedTuple as _NamedTuple
 
 
 class RevtapeError(Exception):
@@ -92,3 +99,57 @@ class StaleTapeWarning(RevtapeWarning):
     """rt.grad cannot keep a cached program in step with f: f re-records so often
     that caching stopped, or f reads state revtape cannot watch (an object with
     its own __getattr__, a C extension's state)."""
+
+
+# ----------------------------------------------------------------- issuing
+
+# A frame whose code lives under this directory is revtape's, not the user's.
+_PKG_DIR = _os.path.dirname(_os.path.abspath(__file__)) + _os.sep
+
+
+def _is_ours(frame: _FrameType) -> bool:
+    return _os.path.abspath(frame.f_code.co_filename).startswith(_PKG_DIR)
+
+
+def warn(message: str, category: type[RevtapeWarning]) -> None:
+    """Issue a revtape warning at the user's line: the first frame outside the
+    revtape package, however deep inside revtape the call stands (a fixed
+    stacklevel breaks whenever a call path gains or loses a frame)."""
+    level, frame = 2, _sys._getframe(1)
+    while frame is not None and _is_ours(frame):
+        frame, level = frame.f_back, level + 1
+    _warnings.warn(message, category, stacklevel=level if frame is not None else 2)
+
+
+class UserSite(_NamedTuple):
+    """Where the user's code stood when revtape started work that reports later
+    from another thread (a background native build): what warn_at needs."""
+    filename: str
+    lineno: int
+    module: str
+    globals: dict[str, _Any]
+
+
+def user_site() -> UserSite | None:
+    """The user's line that called into revtape, on this thread (None when the
+    whole stack is revtape's, as in a thread revtape started)."""
+    frame: _FrameType | None = _sys._getframe(1)
+    while frame is not None and _is_ours(frame):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    g = frame.f_globals
+    return UserSite(frame.f_code.co_filename, frame.f_lineno, g.get("__name__", "__main__"), g)
+
+
+def warn_at(message: str, category: type[RevtapeWarning], site: UserSite | None) -> None:
+    """Issue a revtape warning at a user's line captured earlier (user_site()),
+    from whatever thread: a background thread has no user frame of its own."""
+    if site is None:
+        warn(message, category)
+        return
+    registry = site.globals.setdefault("__warningregistry__", {})
+    # no module_globals: warnings would ask the module's loader for its source,
+    # which fails for `python -c` and interactive code (whose __main__ has none)
+    _warnings.warn_explicit(message, category, site.filename, site.lineno, module=site.module,
+                            registry=registry)

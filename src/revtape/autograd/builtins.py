@@ -5,6 +5,7 @@ answer for the value a traced one stands for (isinstance(x, np.ndarray) is
 True for a traced array, type(x) is float for a traced scalar)."""
 
 import builtins as _b
+from typing import Any
 
 import numpy as _np
 
@@ -20,7 +21,7 @@ def _kind(x):
     return None
 
 
-def isinstance(x, types):
+def isinstance(x: object, types: Any) -> bool:
     k = _kind(x)
     if k is None:
         return _b.isinstance(x, types)
@@ -28,6 +29,6 @@ def isinstance(x, types):
     return any(_b.issubclass(k, t) for t in types) or _b.isinstance(x, types)
 
 
-def type(x):
+def type(x: object) -> "_b.type[Any]":
     k = _kind(x)
     return _b.type(x) if k is None else k

@@ -8,9 +8,11 @@ about two reverse sweeps and nests like everything else here.
 
 import inspect
 from collections import OrderedDict
+from typing import Any, Callable
 
 import numpy as onp
 
+from ..core.apitypes import Function, FunctionT
 from ..errors import OutputError, UnsupportedError
 from .tracer import make_vjp as _make_vjp
 from .vspace import vspace
@@ -86,7 +88,7 @@ def holomorphic_grad(fun, x):
                            "support yet")
 
 
-def grad_named(fun, argname):
+def grad_named(fun: Function, argname: str) -> Callable[..., Any]:
     """grad with respect to the argument called argname."""
     names = list(inspect.signature(fun).parameters)
     return grad(fun, names.index(argname))
@@ -104,7 +106,7 @@ def make_hvp(fun, x):
     return _make_vjp(grad(fun), x)
 
 
-def hessian_tensor_product(fun, argnum=0):
+def hessian_tensor_product(fun: Function, argnum: int = 0) -> Callable[..., Any]:
     """A function of (*args, tensor, **kwargs): the Hessian of fun with respect
     to args[argnum] contracted with tensor."""
     np = _np()
@@ -120,7 +122,7 @@ def hessian_tensor_product(fun, argnum=0):
 hessian_vector_product = hessian_tensor_product
 
 
-def tensor_jacobian_product(fun, argnum=0):
+def tensor_jacobian_product(fun: Function, argnum: int = 0) -> Callable[..., Any]:
     """A function of (*args, tensor, **kwargs): tensor contracted with fun's
     Jacobian with respect to args[argnum]."""
     np = _np()
@@ -135,7 +137,7 @@ def tensor_jacobian_product(fun, argnum=0):
 vector_jacobian_product = tensor_jacobian_product
 
 
-def make_ggnvp(f, g=None, f_argnum=0):
+def make_ggnvp(f: Function, g: Function | None = None, f_argnum: int = 0) -> Callable[..., Any]:
     """Generalized Gauss-Newton-vector products of g(f(x)) at x (g defaults to
     half the squared norm over the last axis)."""
     if g is None:
@@ -166,7 +168,7 @@ def grad_and_aux(fun, x):
     return vjp((_scalar_output(ans, "grad_and_aux").ones(), vspace(aux).zeros())), aux
 
 
-def multigrad_dict(fun):
+def multigrad_dict(fun: Function) -> Callable[..., "OrderedDict[str, Any]"]:
     """A function of fun's arguments returning an OrderedDict argname -> gradient,
     over all of them at once."""
     sig = inspect.signature(fun)
@@ -191,7 +193,7 @@ def multigrad_dict(fun):
     return gradfun
 
 
-def checkpoint(fun):
+def checkpoint(fun: FunctionT) -> FunctionT:
     """fun itself: results and gradients as autograd's checkpoint gives them.
     (A revtape recording keeps its intermediate values; nothing is discarded
     to be recomputed, so this saves no memory.)"""

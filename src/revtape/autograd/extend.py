@@ -6,6 +6,7 @@ for every argument, as autograd's do.  Forward mode here is the transpose of
 reverse mode (differential_operators), so a primitive needs a VJP; JVP rules
 are kept for rt.jvp."""
 
+from ..core.apitypes import Function, FunctionT
 from ..core.primitives import Primitive, defjvp, defvjp, primitive
 from ..errors import UnsupportedError
 from .tracer import getval, isbox  # noqa: F401
@@ -24,7 +25,7 @@ def _need(fun, who):
         raise UnsupportedError(f"{who} needs a function made with primitive(); got {fun!r}")
 
 
-def defvjp_argnum(fun, vjpmaker):
+def defvjp_argnum(fun: Function, vjpmaker: Function) -> None:
     """vjpmaker(argnum, ans, args, kwargs) -> (g -> gradient for args[argnum])."""
     _need(fun, "defvjp_argnum")
     rules = [(lambda p: lambda ans, *args, **kw: vjpmaker(p, ans, args, kw))(p)
@@ -32,7 +33,7 @@ def defvjp_argnum(fun, vjpmaker):
     defvjp(fun, *rules, argnums=range(_MAX_ARGS))
 
 
-def defvjp_argnums(fun, vjpmaker):
+def defvjp_argnums(fun: Function, vjpmaker: Function) -> None:
     """vjpmaker(argnums, ans, args, kwargs) -> (g -> tuple of gradients)."""
     _need(fun, "defvjp_argnums")
 
@@ -44,7 +45,7 @@ def defvjp_argnums(fun, vjpmaker):
     defvjp(fun, *[rule(p) for p in range(_MAX_ARGS)], argnums=range(_MAX_ARGS))
 
 
-def defjvp_argnum(fun, jvpmaker):
+def defjvp_argnum(fun: Function, jvpmaker: Function) -> None:
     """jvpmaker(argnum, g, ans, args, kwargs) -> the output's tangent."""
     _need(fun, "defjvp_argnum")
     rules = [(lambda p: lambda g, ans, *args, **kw: jvpmaker(p, g, ans, args, kw))(p)
@@ -52,7 +53,7 @@ def defjvp_argnum(fun, jvpmaker):
     defjvp(fun, *rules, argnums=range(_MAX_ARGS))
 
 
-def defjvp_argnums(fun, jvpmaker):
+def defjvp_argnums(fun: Function, jvpmaker: Function) -> None:
     """jvpmaker(argnums, gs, ans, args, kwargs) -> the output's tangent."""
     _need(fun, "defjvp_argnums")
     rules = [(lambda p: lambda g, ans, *args, **kw: jvpmaker((p,), (g,), ans, args, kw))(p)
@@ -60,7 +61,7 @@ def defjvp_argnums(fun, jvpmaker):
     defjvp(fun, *rules, argnums=range(_MAX_ARGS))
 
 
-def def_linear(fun):
+def def_linear(fun: Function) -> None:
     """Declare fun linear in each argument.  autograd gives it a JVP only; here
     the reverse rule of a linear primitive would need its transpose, which
     revtape cannot derive: give it a VJP with defvjp."""
@@ -69,7 +70,7 @@ def def_linear(fun):
                   fun(*[g if i == argnum else a for i, a in enumerate(args)], **kwargs))
 
 
-def notrace_primitive(fun):
+def notrace_primitive(fun: FunctionT) -> FunctionT:
     """A function called on the plain values of its arguments: its result is a
     constant to every differentiation (autograd's notrace_primitive)."""
     def wrapped(*args, **kwargs):

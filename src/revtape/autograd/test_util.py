@@ -3,6 +3,7 @@ forward-mode) derivatives, to the given order, with central differences
 along random directions, as autograd's does."""
 
 from itertools import product
+from typing import Any, Callable
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def check_grads(f, x, modes=None, order=2):
             check_grads(vjp_f, (0, 1), modes, order=order - 1)(x, vspace(f(x)).randn())
 
 
-def combo_check(fun, *args, **kwargs):
+def combo_check(fun: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., None]:
     """check_grads over every combination of the given argument values."""
     def _combo(*arg_lists, **kw_lists):
         kv = [[(k, v) for v in vs] for k, vs in kw_lists.items()]

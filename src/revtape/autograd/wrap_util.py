@@ -4,9 +4,10 @@ one-argument function, op(fun, x), becomes op(fun, argnum=0, ...)(*args,
 differentiates with respect to that tuple of arguments)."""
 
 import functools
+from typing import Any, Callable
 
 
-def get_name(f):
+def get_name(f: object) -> str:
     return getattr(f, "__name__", "[unknown name]")
 
 
@@ -17,7 +18,7 @@ def _sub(args, pairs):
     return tuple(args)
 
 
-def unary_to_nary(unary_operator):
+def unary_to_nary(unary_operator: Callable[..., Any]) -> Callable[..., Callable[..., Any]]:
     @functools.wraps(unary_operator)
     def nary_operator(fun, argnum=0, *op_args, **op_kwargs):
         if type(argnum) not in (int, tuple, list):

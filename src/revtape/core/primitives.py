@@ -28,10 +28,12 @@ so a cached rt.grad re-records after a redefinition (Zygote #22).
 import importlib
 
 import threading
+from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
 
 from . import ops
+from .apitypes import FunctionT
 from ..errors import RevtapeError, UnsupportedError
 
 _PYCALL = ops.OPS["pycall"]
@@ -140,9 +142,39 @@ def _plain_const(a, prim):
     return a
 
 
-def primitive(fun):
+def primitive(fun: FunctionT) -> FunctionT:
     """Make fun opaque to tracing: on tracked inputs it runs on plain values and
-    records one instruction; give it derivatives with rt.defvjp / rt.defjvp."""
+    records one instruction; give it derivatives with rt.defvjp / rt.defjvp.
+
+    Parameters
+    ----------
+    fun : callable
+        A function of floats and arrays returning a float or an array (numpy,
+        scipy or any Python code: it is never traced).
+
+    Returns
+    -------
+    callable
+        fun as a primitive, called as fun is: plain arguments run fun itself;
+        tracked ones record one instruction that calls back into fun at every
+        replay.  Already a primitive: returned as it is.
+
+    Raises
+    ------
+    TypeError
+        fun is not callable.
+
+    Examples
+    --------
+    >>> import numpy as np, revtape as rt
+    >>> @rt.primitive
+    ... def logsumexp(x):
+    ...     m = np.max(x)
+    ...     return m + np.log(np.sum(np.exp(x - m)))
+    >>> rt.defvjp(logsumexp, lambda ans, x: lambda g: g * np.exp(x - ans))
+    >>> rt.grad(logsumexp)(np.zeros(2))
+    array([0.5, 0.5])
+    """
     if isinstance(fun, Primitive):
         return fun
     if not callable(fun):
@@ -167,10 +199,35 @@ def _rules(makers, argnums, who):
     return dict(zip((int(a) for a in argnums), makers))
 
 
-def defvjp(fun, *vjpmakers, argnums=None):
+def defvjp(fun: Callable[..., Any], *vjpmakers: Callable[..., Any] | None,
+           argnums: Iterable[int] | None = None) -> None:
     """Reverse-mode rules, autograd's signature: for argument i,
     ``vjpmaker(ans, *args, **kwargs)`` returns ``lambda g: <g times d ans / d args[i]>``
-    (None: that argument is not differentiable, its gradient is zero)."""
+    (None: that argument is not differentiable, its gradient is zero).
+
+    Parameters
+    ----------
+    fun : callable
+        A function made with ``@rt.primitive``.
+    *vjpmakers : callable or None
+        One rule per argument (in argnums' order), each
+        ``vjpmaker(ans, *args, **kwargs) -> (g -> contribution to args[i]'s
+        gradient)``; written with numpy it may itself be differentiated
+        (Hessians), as in autograd.
+    argnums : iterable of int, optional
+        Which arguments the rules are for; default 0, 1, ... in order.
+
+    Raises
+    ------
+    UnsupportedError
+        fun was not made with ``@rt.primitive``.
+    ValueError
+        The number of rules and of argnums differ.
+
+    Notes
+    -----
+    Cached ``rt.grad`` programs that use fun re-record on their next call.
+    """
     _check_primitive(fun, "defvjp")
     new = dict(fun._vjps)
     new.update(_rules(vjpmakers, argnums, "defvjp"))
@@ -178,10 +235,27 @@ def defvjp(fun, *vjpmakers, argnums=None):
     ops.EPOCH[0] += 1        # cached rt.grad transforms re-record (see module doc)
 
 
-def defjvp(fun, *jvpfuns, argnums=None):
+def defjvp(fun: Callable[..., Any], *jvpfuns: Callable[..., Any] | None,
+           argnums: Iterable[int] | None = None) -> None:
     """Forward-mode rules, autograd's signature: for argument i,
     ``jvpfun(g, ans, *args, **kwargs)`` is the output's tangent from a tangent g of
-    args[i] (None: not differentiable)."""
+    args[i] (None: not differentiable).
+
+    Parameters
+    ----------
+    fun : callable
+        A function made with ``@rt.primitive``.
+    *jvpfuns : callable or None
+        One rule per argument (in argnums' order), each
+        ``jvpfun(g, ans, *args, **kwargs) -> tangent of ans``.
+    argnums : iterable of int, optional
+        Which arguments the rules are for; default 0, 1, ... in order.
+
+    Raises
+    ------
+    UnsupportedError
+        fun was not made with ``@rt.primitive``.
+    """
     _check_primitive(fun, "defjvp")
     new = dict(fun._jvps)
     new.update(_rules(jvpfuns, argnums, "defjvp"))
@@ -317,9 +391,24 @@ class CallSite:
     # the static arguments by value
 
 
-def stop_gradient(x):
+_T = TypeVar("_T")
+
+
+def stop_gradient(x: _T) -> _T:
     """x's value, with a zero derivative (jax.lax.stop_gradient).  Maps over
-    lists, tuples and dicts."""
+    lists, tuples and dicts.
+
+    Parameters
+    ----------
+    x : float, ndarray, tracked value, or a list/tuple/dict of them
+        What to hold constant.
+
+    Returns
+    -------
+    The same structure: tracked values replaced by ones whose derivative is
+    zero (still on the tape, so replays see their new values); anything else
+    unchanged.
+    """
     if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
         return type(x)(stop_gradient(e) for e in x)
     if isinstance(x, tuple):                                   # namedtuple

@@ -23,6 +23,7 @@ tuples in one walk, functional.tree_key).
 """
 
 import collections
+from typing import Any, Callable, Iterable, TypeVar
 
 import numpy as np
 
@@ -90,9 +91,39 @@ def _show(td):
 LEAF = TreeDef(None, None, ())
 
 
-def register_pytree_node(nodetype, flatten_fn, unflatten_fn):
+_Node = TypeVar("_Node")
+
+
+def register_pytree_node(nodetype: type[_Node],
+                         flatten_fn: Callable[[_Node], tuple[Iterable[Any], Any]],
+                         unflatten_fn: Callable[[Any, Any], _Node]) -> None:
     """Treat `nodetype` as a container: flatten_fn(obj) -> (children, aux),
-    unflatten_fn(aux, children) -> obj (JAX's register_pytree_node)."""
+    unflatten_fn(aux, children) -> obj (JAX's register_pytree_node).
+
+    Parameters
+    ----------
+    nodetype : type
+        The class whose instances are containers in inputs, gradients and
+        outputs (a dataclass of parameters, say).
+    flatten_fn : callable
+        ``flatten_fn(obj) -> (children, aux)``: the children (leaves or
+        containers themselves) and static data that is not differentiated
+        (hashable: it is part of the cache key).
+    unflatten_fn : callable
+        ``unflatten_fn(aux, children) -> obj``, the inverse.
+
+    Examples
+    --------
+    >>> import dataclasses, revtape as rt
+    >>> @dataclasses.dataclass
+    ... class Point:
+    ...     x: float
+    ...     y: float
+    >>> rt.register_pytree_node(Point, lambda p: ((p.x, p.y), None),
+    ...                         lambda aux, ch: Point(*ch))
+    >>> rt.grad(lambda p: p.x * p.y)(Point(2.0, 3.0))
+    Point(x=3.0, y=2.0)
+    """
     _REGISTRY[nodetype] = (flatten_fn, unflatten_fn)
 
 

@@ -24,9 +24,11 @@ ordered) are np.cumsum along the last axis: one instruction each.
 """
 
 import math
+from typing import Any
 
 import numpy as np
 
+from ..core.apitypes import ArrayLike
 from ..core.ops import P
 from ..trace.tracked import value as _value
 
@@ -42,20 +44,20 @@ class Bijector:
 
     name = "bijector"
 
-    def forward(self, y):
+    def forward(self, y: ArrayLike) -> Any:
         """The constrained value x for the unconstrained y (tracked or plain)."""
         raise NotImplementedError
 
-    def inverse(self, x):
+    def inverse(self, x: ArrayLike) -> Any:
         """The unconstrained y for a constrained x."""
         raise NotImplementedError
 
-    def forward_log_det_jacobian(self, y):
+    def forward_log_det_jacobian(self, y: ArrayLike) -> Any:
         """log |det d forward / dy| at y: one number for the whole map (for a
         matrix output, of the map to its free entries)."""
         raise NotImplementedError
 
-    def inverse_log_det_jacobian(self, x):
+    def inverse_log_det_jacobian(self, x: ArrayLike) -> Any:
         """log |det d inverse / dx| at x: minus the forward one at inverse(x)."""
         return -self.forward_log_det_jacobian(self.inverse(x))
 
@@ -79,15 +81,15 @@ class _Exp(Bijector):
     name = "exp"
 
     @_quiet
-    def forward(self, y):
+    def forward(self, y: ArrayLike) -> Any:
         return np.exp(y)
 
     @_quiet
-    def inverse(self, x):
+    def inverse(self, x: ArrayLike) -> Any:
         return np.log(x)
 
     @_quiet
-    def forward_log_det_jacobian(self, y):
+    def forward_log_det_jacobian(self, y: ArrayLike) -> Any:
         return np.sum(y)
 
 
@@ -97,24 +99,35 @@ class _Log(Bijector):
     name = "log"
 
     @_quiet
-    def forward(self, y):
+    def forward(self, y: ArrayLike) -> Any:
         return np.log(y)
 
     @_quiet
-    def inverse(self, x):
+    def inverse(self, x: ArrayLike) -> Any:
         return np.exp(x)
 
     @_quiet
-    def forward_log_det_jacobian(self, y):
+    def forward_log_det_jacobian(self, y: ArrayLike) -> Any:
         return -np.sum(np.log(y))
 
 
 class interval(Bijector):
-    """a + (b - a) * expit(y): maps the line onto (a, b)."""
+    """a + (b - a) * expit(y): maps the line onto (a, b).
+
+    Parameters
+    ----------
+    a, b : float or array_like
+        The bounds, a < b elementwise (plain or tracked values).
+
+    Raises
+    ------
+    ValueError
+        a >= b somewhere.
+    """
 
     name = "interval"
 
-    def __init__(self, a, b):
+    def __init__(self, a: ArrayLike, b: ArrayLike) -> None:
         if not np.all(np.less(_value(a), _value(b))):
             raise ValueError(f"interval(a, b) needs a < b (got a={_value(a)!r}, b={_value(b)!r})")
         self.a, self.b = a, b
@@ -123,15 +136,15 @@ class interval(Bijector):
         return f"<revtape.bijectors.interval({_value(self.a)!r}, {_value(self.b)!r})>"
 
     @_quiet
-    def forward(self, y):
+    def forward(self, y: ArrayLike) -> Any:
         return self.a + (self.b - self.a) * P.expit(y)
 
     @_quiet
-    def inverse(self, x):
+    def inverse(self, x: ArrayLike) -> Any:
         return P.logit((x - self.a) / (self.b - self.a))
 
     @_quiet
-    def forward_log_det_jacobian(self, y):
+    def forward_log_det_jacobian(self, y: ArrayLike) -> Any:
         # log((b - a) expit(y) expit(-y)), each factor in log space (no underflow)
         lw = np.log(self.b - self.a) + 0.0 * y
         return np.sum(lw + P.log_expit(y) + P.log_expit(-y))
@@ -162,7 +175,7 @@ class _Simplex(Bijector):
         return np.log(np.arange(km1, 0, -1, dtype=np.float64))      # log(K - k)
 
     @_quiet
-    def forward(self, y):
+    def forward(self, y: ArrayLike) -> Any:
         km1 = _n(y)[-1]
         u = y - self._offsets(km1)
         log_rest = _exclusive_cumsum(P.log_expit(-u))  # (..., K): log of the stick left
@@ -170,7 +183,7 @@ class _Simplex(Bijector):
         return np.exp(log_rest + log_z)
 
     @_quiet
-    def inverse(self, x):
+    def inverse(self, x: ArrayLike) -> Any:
         K = _n(x)[-1]
         # the rest at k, x_k + ... + x_K, summed from the end (more accurate than 1 - cumsum)
         rest = _reverse_cumsum(x)[..., :K - 1]
@@ -178,7 +191,7 @@ class _Simplex(Bijector):
         return P.logit(head / rest) + self._offsets(K - 1)
 
     @_quiet
-    def forward_log_det_jacobian(self, y):
+    def forward_log_det_jacobian(self, y: ArrayLike) -> Any:
         km1 = _n(y)[-1]
         u = y - self._offsets(km1)
         lneg = P.log_expit(-u)
@@ -199,18 +212,18 @@ class _Ordered(Bijector):
         return m
 
     @_quiet
-    def forward(self, y):
+    def forward(self, y: ArrayLike) -> Any:
         k = _n(y)[-1]
         steps = P.where(self._first(k), y, np.exp(y))
         return np.cumsum(steps, axis=-1)
 
     @_quiet
-    def inverse(self, x):
+    def inverse(self, x: ArrayLike) -> Any:
         d = np.diff(x, axis=-1)                        # x_k - x_{k-1}
         return np.concatenate([x[..., :1], np.log(d)], axis=-1)
 
     @_quiet
-    def forward_log_det_jacobian(self, y):
+    def forward_log_det_jacobian(self, y: ArrayLike) -> Any:
         k = _n(y)[-1]
         return np.sum(y * (1.0 - self._first(k)))
 
@@ -245,19 +258,19 @@ class _LowerCholesky(Bijector):
         return (rows == cols).astype(np.float64)
 
     @_quiet
-    def forward(self, y):
+    def forward(self, y: ArrayLike) -> Any:
         n = _tril_size(_n(y)[0], strict=False)
         v = P.where(self._diag_mask(n), np.exp(y), y)
         return _place(v, n, 0)
 
     @_quiet
-    def inverse(self, x):
+    def inverse(self, x: ArrayLike) -> Any:
         n = _n(x)[0]
         v = x[np.tril_indices(n)]
         return P.where(self._diag_mask(n), np.log(v), v)
 
     @_quiet
-    def forward_log_det_jacobian(self, y):
+    def forward_log_det_jacobian(self, y: ArrayLike) -> Any:
         n = _tril_size(_n(y)[0], strict=False)
         return np.sum(y * self._diag_mask(n))
 
@@ -274,16 +287,16 @@ class _CorrCholesky(Bijector):
     name = "corr_cholesky"
 
     @_quiet
-    def forward(self, y):
+    def forward(self, y: ArrayLike) -> Any:
         L, _ = self._forward(y)
         return L
 
     @_quiet
-    def forward_log_det_jacobian(self, y):
+    def forward_log_det_jacobian(self, y: ArrayLike) -> Any:
         _, ldj = self._forward(y)
         return ldj
 
-    def _forward(self, y):
+    def _forward(self, y: ArrayLike) -> Any:
         n = _tril_size(_n(y)[0], strict=True)
         Z = _place(P.tanh(y), n, -1)
         rows = np.arange(n)
@@ -308,7 +321,7 @@ class _CorrCholesky(Bijector):
         return L, ldj
 
     @_quiet
-    def inverse(self, x):
+    def inverse(self, x: ArrayLike) -> Any:
         n = _n(x)[0]
         # S_ij = sum_{k<j} L_ik^2: the row-wise exclusive cumulative sum, one matmul
         S = np.square(x) @ np.triu(np.ones((n, n)), 1)

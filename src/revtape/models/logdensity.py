@@ -53,11 +53,13 @@ module-level function, so that another process can record new branches).
 import collections
 import copy
 import threading
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..transforms import api as _api
 from ..core import pytree
+from ..core.apitypes import ArrayLike, FloatArray, Function, PyTree
 from ..trace.hessian import Parts
 from ..trace.recording import GradientTape, call_with
 from ..runtime.compiled import CompiledTape
@@ -120,9 +122,78 @@ class _Model:
 
 
 class LogDensity:
-    """A compiled log density of a flat parameter vector (see the module docstring)."""
+    """A compiled log density of a flat parameter vector: the object a sampler
+    or an optimiser is handed.
 
-    def __init__(self, f, x0, *, names=None, bijectors=None, _tapes=None):
+    ``f`` is recorded once at x0 (on the flat vector) and compiled; every call
+    replays the compiled program in C through a pre-bound fast path.  A point
+    that takes another branch of a comparison than the recording is recorded
+    too (up to 8 branches, then such points are recorded afresh each call).
+    Unlike ``rt.grad``, a LogDensity does not watch ``f`` for redefinitions:
+    it is a snapshot of ``f`` and the data it closes over.  One object serves
+    many threads at once (a pool of compiled copies); it deep-copies and
+    pickles (``f`` by reference: a module-level function).
+
+    Parameters
+    ----------
+    f : callable
+        The log density, of a point in x0's structure; returns a scalar.
+    x0 : float, ndarray, tuple or pytree
+        The recording point.  A pytree (dict, namedtuple, nested lists and
+        tuples of floats and arrays) is laid out end to end in its leaf order
+        (sorted dict keys, as JAX); every method takes that flat vector of
+        length ``dimension`` (``flatten``/``unflatten`` convert).
+    names : sequence of str, optional
+        One name per coordinate of the flat vector; default from x0's
+        structure (``"x[0]"``, ``"mu"``, ``"w[1,2]"``, a transformed leaf's
+        with its bijector: ``"tau__exp"``).
+    bijectors : pytree of bijectors, optional
+        A ``rt.bijectors`` bijector (or any object with forward, inverse and
+        forward_log_det_jacobian) per leaf of x0, in x0's structure or a prefix
+        of it (``{"tau": rt.bijectors.exp}``; None is the identity).  x0 is
+        then given in f's (constrained) space and the object is the density
+        of the unconstrained parameter y, ``f(forward(y)) + sum of
+        forward_log_det_jacobian(y)``; ``x0`` and every method's x are the
+        flat unconstrained vector (``constrain``/``unconstrain`` map).
+
+    Attributes
+    ----------
+    dimension : int
+        The length of the flat vector.
+    names : list of str
+        The coordinates' names.
+    x0 : ndarray
+        The recording point as the flat (unconstrained) vector.
+
+    Raises
+    ------
+    InputError
+        names has the wrong length, or x0 is outside a bijector's support.
+
+    Examples
+    --------
+    >>> import numpy as np, revtape as rt
+    >>> ld = rt.LogDensity(lambda x: -0.5 * np.sum(x ** 2), np.zeros(2))
+    >>> ld.logdensity_and_gradient(np.array([1.0, 2.0]))
+    (-2.5, array([-1., -2.]))
+    >>> ld.dimension, ld.names
+    (2, ['x[0]', 'x[1]'])
+    """
+
+    f: Function
+    dimension: int
+    names: list[str]
+    x0: FloatArray
+    bijectors: Any
+    copies_made: int
+
+    def __init__(self, f: Function, x0: PyTree, *, names: Sequence[str] | None = None,
+                 bijectors: Any = None) -> None:
+        self._build(f, x0, names, bijectors, None)
+
+    def _build(self, f, x0, names, bijectors, tapes):
+        """__init__, and a copy's or an unpickled object's construction with the
+        tapes it carries (tapes: None records at x0)."""
         self.f = f
         leaves, treedef = pytree.input_structure(x0)
         self._tree = treedef is not None or isinstance(x0, tuple)
@@ -156,7 +227,7 @@ class LogDensity:
         # and giving back needs no lock.
         self._idle = []
         self.copies_made = 0        # compiled copies made for the pool (copy 0 included)
-        self._tapes = list(_tapes) if _tapes is not None else [self._record(self.x0)]
+        self._tapes = list(tapes) if tapes is not None else [self._record(self.x0)]
         st = self._new_state()
         self._program(st, 0)        # compiled now: a bad program fails here, not mid-run
         self._idle.append(st)
@@ -182,17 +253,17 @@ class LogDensity:
         return out
 
     # ------------------------------------------------ layout
-    def flatten(self, x):
+    def flatten(self, x: PyTree) -> FloatArray:
         """A parameter in x0's structure as the flat float64 vector the methods take."""
         return self._parts.flatten(x if self._tree else (x,))
 
-    def unflatten(self, x):
+    def unflatten(self, x: ArrayLike) -> PyTree:
         """A flat vector (a point, or a gradient) in x0's structure."""
         x = self._vector(x)
         res = self._parts.split_result(x, None)
         return res if self._tree else res[0]
 
-    def constrain(self, y):
+    def constrain(self, y: ArrayLike) -> PyTree:
         """The flat unconstrained vector y (or draws of shape (..., dimension))
         in x0's structure and space: each transformed leaf through its
         bijector's forward.  Draws give leaves of shape (...,) + the leaf's shape."""
@@ -214,7 +285,7 @@ class LogDensity:
             leaves.append(float(leaf) if isf and not lead else np.array(leaf))
         return self._structure(leaves)
 
-    def unconstrain(self, x):
+    def unconstrain(self, x: PyTree) -> FloatArray:
         """A point in x0's structure and space as the flat unconstrained vector
         (each transformed leaf through its bijector's inverse)."""
         if self._parts.treedef is not None:
@@ -303,8 +374,21 @@ class LogDensity:
         return tape.value_and_gradient_recorded()
 
     # ------------------------------------------------ the interface
-    def logdensity_and_gradient(self, x):
-        """(log density, gradient) at the flat vector x, value first."""
+    def logdensity_and_gradient(self, x: ArrayLike) -> tuple[float, FloatArray]:
+        """(log density, gradient) at the flat vector x, value first (scipy's
+        jac=True, littlemcmc).
+
+        Parameters
+        ----------
+        x : array_like
+            The flat (unconstrained) vector, of length ``dimension``.
+
+        Returns
+        -------
+        (float, ndarray)
+            The log density and its gradient (a new array).  nan and inf points
+            give nan/-inf values, never an exception.
+        """
         idle = self._idle
         try:
             st = idle.pop()
@@ -324,7 +408,7 @@ class LogDensity:
             idle.append(st)
         return res if res is not None else self._fresh(x)
 
-    def logdensity(self, x):
+    def logdensity(self, x: ArrayLike) -> float:
         """The log density at x (a forward sweep only: no reverse sweep, the
         adjoints untouched)."""
         idle = self._idle
@@ -348,16 +432,16 @@ class LogDensity:
 
     __call__ = logdensity
 
-    def gradient(self, x):
+    def gradient(self, x: ArrayLike) -> FloatArray:
         """The gradient at the flat vector x (a new array)."""
         return self.logdensity_and_gradient(x)[1]
 
-    def grad_and_value(self, x):
+    def grad_and_value(self, x: ArrayLike) -> tuple[FloatArray, float]:
         """(gradient, value): the order mici's grad_neg_log_dens may return."""
         v, g = self.logdensity_and_gradient(x)
         return g, v
 
-    def hvp(self, x, v):
+    def hvp(self, x: ArrayLike, v: ArrayLike) -> FloatArray:
         """Hessian-vector product at x (forward-over-reverse in C), e.g. scipy's hessp."""
         v = self._vector(v)
         res = self._replay(x, lambda ctape, run, st: ctape.hvp(st.x, v))
@@ -365,7 +449,7 @@ class LogDensity:
             return _api.hvp(self._model, self._vector(x), v)
         return res
 
-    def hessian(self, x):
+    def hessian(self, x: ArrayLike) -> FloatArray:
         """The Hessian at x, (dimension, dimension): tangent sweeps of the gradient program in C."""
         res = self._replay(x, lambda ctape, run, st: ctape.hessian(st.x))
         if res is None:
@@ -380,7 +464,8 @@ class LogDensity:
                              f"(got shape {X.shape})")
         return X
 
-    def batch_logdensity_and_gradient(self, X, threads=None):
+    def batch_logdensity_and_gradient(self, X: ArrayLike, threads: int | None = None
+                                      ) -> tuple[FloatArray, FloatArray]:
         """(values[k], gradients[k, dimension]) at the rows of X, in one C call per
         thread (``threads=n`` splits the rows); ensemble and SMC samplers,
         multi-start optimisation."""
@@ -404,7 +489,7 @@ class LogDensity:
         return (np.array([v for v, _ in pairs]),
                 np.array([g for _, g in pairs]).reshape(X.shape))
 
-    def batch_logdensity(self, X, threads=None):
+    def batch_logdensity(self, X: ArrayLike, threads: int | None = None) -> FloatArray:
         """values[k] at the rows of X (forward sweeps only): emcee's vectorize=True."""
         if not (type(X) is np.ndarray and X.dtype is _F64 and X.ndim == 2
                 and X.shape[1] == self.dimension):
@@ -423,11 +508,11 @@ class LogDensity:
             idle.append(st)
         return np.array([self.logdensity(x) for x in X])
 
-    def negative(self):
+    def negative(self) -> "NegativeLogDensity":
         """A view computing -log density (and its derivatives), for minimisers and mici."""
         return NegativeLogDensity(self)
 
-    def mici_kwargs(self):
+    def mici_kwargs(self) -> dict[str, Callable[..., Any]]:
         """neg_log_dens= and grad_neg_log_dens= for a mici system:
         ``mici.systems.EuclideanMetricSystem(**ld.mici_kwargs())``."""
         neg = self.negative()
@@ -439,9 +524,9 @@ class LogDensity:
 
     # ------------------------------------------------ copy and pickle
     def __deepcopy__(self, memo):
-        new = LogDensity(self.f, self._x0_tree, names=self.names,
-                         bijectors=copy.deepcopy(self.bijectors, memo),
-                         _tapes=copy.deepcopy(self._tapes, memo))
+        new = LogDensity.__new__(LogDensity)
+        new._build(self.f, self._x0_tree, self.names, copy.deepcopy(self.bijectors, memo),
+                   copy.deepcopy(self._tapes, memo))
         memo[id(self)] = new
         return new
 
@@ -454,7 +539,9 @@ class LogDensity:
 
 
 def _rebuild(f, x0, names, tapes, bijectors=None):
-    return LogDensity(f, x0, names=names, bijectors=bijectors, _tapes=tapes)
+    ld = LogDensity.__new__(LogDensity)
+    ld._build(f, x0, names, bijectors, tapes)
+    return ld
 
 
 def _leaf(v):
@@ -535,57 +622,81 @@ def _unconstrained_x0(b, v, path):
 class NegativeLogDensity:
     """-log density of a LogDensity, with the same methods (and its own negative())."""
 
-    def __init__(self, base):
+    def __init__(self, base: LogDensity) -> None:
         self.base = base
 
-    dimension = property(lambda self: self.base.dimension)
-    names = property(lambda self: self.base.names)
-    x0 = property(lambda self: self.base.x0)
+    @property
+    def dimension(self) -> int:
+        """The length of the flat vector."""
+        return self.base.dimension
 
-    def logdensity(self, x):
+    @property
+    def names(self) -> list[str]:
+        """The coordinates' names."""
+        return self.base.names
+
+    @property
+    def x0(self) -> FloatArray:
+        """The recording point, flat."""
+        return self.base.x0
+
+    def logdensity(self, x: ArrayLike) -> float:
+        """-log density at x."""
         return -self.base.logdensity(x)
 
     __call__ = logdensity
 
-    def logdensity_and_gradient(self, x):
+    def logdensity_and_gradient(self, x: ArrayLike) -> tuple[float, FloatArray]:
+        """(-log density, its gradient) at x."""
         v, g = self.base.logdensity_and_gradient(x)
         np.negative(g, out=g)
         return -v, g
 
-    def gradient(self, x):
+    def gradient(self, x: ArrayLike) -> FloatArray:
         """The gradient at the flat vector x (a new array)."""
         return self.logdensity_and_gradient(x)[1]
 
-    def grad_and_value(self, x):
+    def grad_and_value(self, x: ArrayLike) -> tuple[FloatArray, float]:
+        """(gradient, value) of -log density: mici's grad_neg_log_dens."""
         v, g = self.logdensity_and_gradient(x)
         return g, v
 
-    def hvp(self, x, v):
+    def hvp(self, x: ArrayLike, v: ArrayLike) -> FloatArray:
+        """-H(x) v."""
         return -self.base.hvp(x, v)
 
-    def batch_logdensity_and_gradient(self, X, threads=None):
+    def batch_logdensity_and_gradient(self, X: ArrayLike, threads: int | None = None
+                                      ) -> tuple[FloatArray, FloatArray]:
+        """(-values[k], -gradients[k, dimension]) at the rows of X."""
         v, g = self.base.batch_logdensity_and_gradient(X, threads)
         return -v, -g
 
-    def batch_logdensity(self, X, threads=None):
+    def batch_logdensity(self, X: ArrayLike, threads: int | None = None) -> FloatArray:
+        """-values[k] at the rows of X."""
         return -self.base.batch_logdensity(X, threads)
 
-    def hessian(self, x):
+    def hessian(self, x: ArrayLike) -> FloatArray:
+        """-H(x)."""
         return -self.base.hessian(x)
 
-    def negative(self):
+    def negative(self) -> LogDensity:
+        """The LogDensity this is the negative of."""
         return self.base
 
-    def flatten(self, x):
+    def flatten(self, x: PyTree) -> FloatArray:
+        """As LogDensity.flatten."""
         return self.base.flatten(x)
 
-    def unflatten(self, x):
+    def unflatten(self, x: ArrayLike) -> PyTree:
+        """As LogDensity.unflatten."""
         return self.base.unflatten(x)
 
-    def constrain(self, y):
+    def constrain(self, y: ArrayLike) -> PyTree:
+        """As LogDensity.constrain."""
         return self.base.constrain(y)
 
-    def unconstrain(self, x):
+    def unconstrain(self, x: PyTree) -> FloatArray:
+        """As LogDensity.unconstrain."""
         return self.base.unconstrain(x)
 
     def __repr__(self):

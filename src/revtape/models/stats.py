@@ -22,12 +22,18 @@ again at its own parameters: no branch guards.
 """
 
 import math
+from typing import Any, NoReturn, TypeAlias
 
 import numpy as np
 
 from ..numpy_api import linalg as _la
 from ..errors import UnsupportedError
 from ..core.ops import P
+from ..core.apitypes import ArrayLike
+
+Density: TypeAlias = Any
+"""A log density's value: the broadcast shape of the arguments (a float for
+scalars, else an ndarray; tracked when an argument is)."""
 from ..trace import tracked as _t
 from ..trace.tracked import istracked
 from ..trace.tracked import value as _value
@@ -171,13 +177,13 @@ class _Dist:
             if m in cls.__dict__:
                 setattr(cls, m, _quiet(cls.__dict__[m]))
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.name = name
 
     def __repr__(self):
         return f"<revtape.stats.{self.name}>"
 
-    def __getattr__(self, attr):
+    def __getattr__(self, attr: str) -> NoReturn:
         if attr in ("logpdf", "logpmf", "logcdf", "logsf", "pdf", "pmf", "cdf", "sf", "ppf",
                     "rvs", "mean", "var", "entropy"):
             have = [m for m in ("logpdf", "logpmf", "logcdf", "logsf") if hasattr(type(self), m)]
@@ -190,26 +196,30 @@ class _Dist:
 # ---------------------------------------------------------------- continuous
 
 class _Norm(_Dist):
-    def logpdf(self, x, loc=0.0, scale=1.0):
+    """The normal distribution, scipy.stats.norm: mean loc, standard deviation scale."""
+
+    def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: -0.5 * np.square(z) - 0.5 * _LOG_2PI, x, loc, scale, True)
 
-    def logcdf(self, x, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(P.log_ndtr, x, loc, scale, False)
 
-    def logsf(self, x, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: P.log_ndtr(-z), x, loc, scale, False)
 
 
 class _Halfnorm(_Dist):
-    def logpdf(self, x, loc=0.0, scale=1.0):
+    """The half-normal distribution on [loc, inf), scipy.stats.halfnorm."""
+
+    def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: 0.5 * math.log(2.0 / math.pi) - 0.5 * np.square(z),
                           x, loc, scale, True, _below_zero)
 
-    def logcdf(self, x, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: _tails(np.log(P.erf(z * math.sqrt(0.5))), _lt(z, 0.0), None, True),
                           x, loc, scale, False)
 
-    def logsf(self, x, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: _tails(math.log(2.0) + P.log_ndtr(-z), _lt(z, 0.0), None, False),
                           x, loc, scale, False)
 
@@ -229,7 +239,11 @@ def _log_gauss_mass(a, b):
 
 
 class _Truncnorm(_Dist):
-    def logpdf(self, x, a, b, loc=0.0, scale=1.0):
+    """The normal distribution truncated to [a, b], scipy.stats.truncnorm: a and b
+    are in standard units, (bound - loc) / scale."""
+
+    def logpdf(self, x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0.0,
+               scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         lp = -0.5 * np.square(z) - 0.5 * _LOG_2PI - _log_gauss_mass(a, b)
         lp = _minus_log_scale(lp, scale)
@@ -249,33 +263,40 @@ def _cauchy_std(z):
 
 
 class _Cauchy(_Dist):
-    def logpdf(self, x, loc=0.0, scale=1.0):
+    """The Cauchy distribution, scipy.stats.cauchy: location loc, scale scale."""
+
+    def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(_cauchy_std, x, loc, scale, True)
 
-    def logcdf(self, x, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: np.log(np.arctan2(1.0, -z) / math.pi), x, loc, scale, False)
 
-    def logsf(self, x, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: np.log(np.arctan2(1.0, z) / math.pi), x, loc, scale, False)
 
 
 class _Halfcauchy(_Dist):
-    def logpdf(self, x, loc=0.0, scale=1.0):
+    """The half-Cauchy distribution on [loc, inf), scipy.stats.halfcauchy."""
+
+    def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: math.log(2.0 / math.pi) - np.log1p(np.square(z)),
                           x, loc, scale, True, _below_zero)
 
-    def logcdf(self, x, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: _tails(np.log(2.0 / math.pi * np.arctan(z)), _lt(z, 0.0), None, True),
                           x, loc, scale, False)
 
-    def logsf(self, x, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(
             lambda z: _tails(np.log(2.0 / math.pi * np.arctan2(1.0, z)), _lt(z, 0.0), None, False),
             x, loc, scale, False)
 
 
 class _T(_Dist):
-    def logpdf(self, x, df, loc=0.0, scale=1.0):
+    """Student's t distribution with df degrees of freedom, scipy.stats.t."""
+
+    def logpdf(self, x: ArrayLike, df: ArrayLike,
+               loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         # log Gamma((df+1)/2) - log Gamma(df/2) = log Gamma(1/2) - betaln(df/2, 1/2):
         # accurate for large df, where the two gammalns cancel.
         z = _standardize(x, loc, scale)
@@ -287,7 +308,9 @@ class _T(_Dist):
 
 
 class _Laplace(_Dist):
-    def logpdf(self, x, loc=0.0, scale=1.0):
+    """The Laplace (double exponential) distribution, scipy.stats.laplace."""
+
+    def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: -np.abs(z) - math.log(2.0), x, loc, scale, True)
 
     @staticmethod
@@ -296,10 +319,10 @@ class _Laplace(_Dist):
         pos = _gt(z, 0.0)
         return P.where(pos, np.log1p(-0.5 * np.exp(-P.where(pos, z, 0.0))), z - math.log(2.0))
 
-    def logcdf(self, x, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(self._logcdf_std, x, loc, scale, False)
 
-    def logsf(self, x, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: self._logcdf_std(-z), x, loc, scale, False)
 
 
@@ -309,24 +332,28 @@ def _logistic_std(z):
 
 
 class _Logistic(_Dist):
-    def logpdf(self, x, loc=0.0, scale=1.0):
+    """The logistic distribution, scipy.stats.logistic."""
+
+    def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(_logistic_std, x, loc, scale, True)
 
-    def logcdf(self, x, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(P.log_expit, x, loc, scale, False)
 
-    def logsf(self, x, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: P.log_expit(-z), x, loc, scale, False)
 
 
 class _Expon(_Dist):
-    def logpdf(self, x, loc=0.0, scale=1.0):
+    """The exponential distribution on [loc, inf) with mean scale, scipy.stats.expon."""
+
+    def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: -z, x, loc, scale, True, _below_zero)
 
-    def logcdf(self, x, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: np.log(-np.expm1(-z)), x, loc, scale, False, _below_zero)
 
-    def logsf(self, x, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         # below the support the survival function is 1: log 1 = 0
         return _loc_scale(lambda z: _select(_lt(z, 0.0), 0.0, -z), x, loc, scale, False)
 
@@ -340,20 +367,25 @@ def _plain_shape_param(a, what):
 
 
 class _Gamma(_Dist):
-    def logpdf(self, x, a, loc=0.0, scale=1.0):
+    """The gamma distribution with shape a, scipy.stats.gamma (the rate is 1 / scale)."""
+
+    def logpdf(self, x: ArrayLike, a: ArrayLike,
+               loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         lp = _minus_log_scale(P.xlogy(a - 1.0, z) - z - P.gammaln(a), scale)
         return _result(lp, _lt(z, 0.0), _or(_bad_scale(scale), _le(a, 0.0)),
                        _shape(x, a, loc, scale))
 
-    def logcdf(self, x, a, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, a: ArrayLike,
+               loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         _plain_shape_param(a, "logcdf")
         z = _standardize(x, loc, scale)
         zc = _select(_lt(z, 0.0), 0.0, z)      # gammainc is nan below 0: keep it finite
         return _result(np.log(P.gammainc(a, zc)), _lt(z, 0.0),
                        _or(_bad_scale(scale), _le(a, 0.0)), _shape(x, a, loc, scale))
 
-    def logsf(self, x, a, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, a: ArrayLike,
+              loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         _plain_shape_param(a, "logsf")
         z = _standardize(x, loc, scale)
         below = _lt(z, 0.0)
@@ -363,7 +395,10 @@ class _Gamma(_Dist):
 
 
 class _Invgamma(_Dist):
-    def logpdf(self, x, a, loc=0.0, scale=1.0):
+    """The inverse gamma distribution with shape a, scipy.stats.invgamma."""
+
+    def logpdf(self, x: ArrayLike, a: ArrayLike,
+               loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         lp = _minus_log_scale(-(a + 1.0) * np.log(z) - P.gammaln(a) - 1.0 / z, scale)
         # at z = 0 scipy's formula gives -inf (through -1/z): kept, it is in the support
@@ -372,7 +407,10 @@ class _Invgamma(_Dist):
 
 
 class _Beta(_Dist):
-    def logpdf(self, x, a, b, loc=0.0, scale=1.0):
+    """The beta distribution with shapes a, b on [loc, loc + scale], scipy.stats.beta."""
+
+    def logpdf(self, x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0.0,
+               scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         lp = P.xlog1py(b - 1.0, -z) + P.xlogy(a - 1.0, z) - P.betaln(a, b)
         lp = _minus_log_scale(lp, scale)
@@ -382,7 +420,11 @@ class _Beta(_Dist):
 
 
 class _Lognorm(_Dist):
-    def logpdf(self, x, s, loc=0.0, scale=1.0):
+    """The log-normal distribution, scipy.stats.lognorm: log((x - loc) / scale) is
+    normal with standard deviation s (scale = exp(mu))."""
+
+    def logpdf(self, x: ArrayLike, s: ArrayLike,
+               loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         zero = P.eq(z, 0.0)
         zs = _select(zero, 1.0, z)
@@ -399,33 +441,40 @@ class _Lognorm(_Dist):
         lp = _tails(P.log_ndtr(u if cdf else -u), below, None, cdf)
         return _result(lp, None, _or(_bad_scale(scale), _le(s, 0.0)), _shape(x, s, loc, scale))
 
-    def logcdf(self, x, s, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, s: ArrayLike,
+               loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return self._cdfs(x, s, loc, scale, True)
 
-    def logsf(self, x, s, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, s: ArrayLike,
+              loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return self._cdfs(x, s, loc, scale, False)
 
 
 class _Uniform(_Dist):
-    def logpdf(self, x, loc=0.0, scale=1.0):
+    """The uniform distribution on [loc, loc + scale], scipy.stats.uniform."""
+
+    def logpdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         lp = _minus_log_scale(0.0, scale)
         return _result(lp, _or(_lt(z, 0.0), _gt(z, 1.0)), _bad_scale(scale),
                        _shape(x, loc, scale))
 
-    def logcdf(self, x, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         lp = _tails(np.log(z), _lt(z, 0.0), _gt(z, 1.0), True)
         return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
 
-    def logsf(self, x, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         lp = _tails(np.log1p(-z), _lt(z, 0.0), _gt(z, 1.0), False)
         return _result(lp, None, _bad_scale(scale), _shape(x, loc, scale))
 
 
 class _WeibullMin(_Dist):
-    def logpdf(self, x, c, loc=0.0, scale=1.0):
+    """The Weibull distribution with shape c, scipy.stats.weibull_min."""
+
+    def logpdf(self, x: ArrayLike, c: ArrayLike,
+               loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         zc = _select(_lt(z, 0.0), 0.0, z)      # z**c is nan below 0
         lp = np.log(c) + P.xlogy(c - 1.0, zc) - np.power(zc, c)
@@ -433,13 +482,15 @@ class _WeibullMin(_Dist):
         return _result(lp, _lt(z, 0.0), _or(_bad_scale(scale), _le(c, 0.0)),
                        _shape(x, c, loc, scale))
 
-    def logcdf(self, x, c, loc=0.0, scale=1.0):
+    def logcdf(self, x: ArrayLike, c: ArrayLike,
+               loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         below = _lt(z, 0.0)
         lp = _tails(np.log(-np.expm1(-np.power(_select(below, 0.0, z), c))), below, None, True)
         return _result(lp, None, _or(_bad_scale(scale), _le(c, 0.0)), _shape(x, c, loc, scale))
 
-    def logsf(self, x, c, loc=0.0, scale=1.0):
+    def logsf(self, x: ArrayLike, c: ArrayLike,
+              loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         z = _standardize(x, loc, scale)
         below = _lt(z, 0.0)
         lp = _tails(-np.power(_select(below, 0.0, z), c), below, None, False)
@@ -447,7 +498,10 @@ class _WeibullMin(_Dist):
 
 
 class _Vonmises(_Dist):
-    def logpdf(self, x, kappa, loc=0.0, scale=1.0):
+    """The von Mises distribution with concentration kappa, scipy.stats.vonmises."""
+
+    def logpdf(self, x: ArrayLike, kappa: ArrayLike,
+               loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         # scipy's: kappa cosm1(x) - log(2 pi) - log(i0e(kappa)); support the real line
         z = _standardize(x, loc, scale)
         lp = kappa * _cosm1(z) - _LOG_2PI - np.log(P.i0e(kappa))
@@ -468,14 +522,18 @@ def _p_invalid(p, open_low=False):
 
 
 class _Poisson(_Dist):
-    def logpmf(self, k, mu, loc=0.0):
+    """The Poisson distribution with mean mu, scipy.stats.poisson."""
+
+    def logpmf(self, k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0.0) -> Density:
         k = _shift(k, loc)
         lp = P.xlogy(k, mu) - P.gammaln(k + 1.0) - mu
         return _result(lp, _or(_lt(k, 0.0), _not_integer(k)), _lt(mu, 0.0), _shape(k, mu, loc))
 
 
 class _Binom(_Dist):
-    def logpmf(self, k, n, p, loc=0.0):
+    """The binomial distribution of n trials with success probability p, scipy.stats.binom."""
+
+    def logpmf(self, k: ArrayLike, n: ArrayLike, p: ArrayLike, loc: ArrayLike = 0.0) -> Density:
         k = _shift(k, loc)
         comb = P.gammaln(n + 1.0) - (P.gammaln(k + 1.0) + P.gammaln(n - k + 1.0))
         lp = comb + P.xlogy(k, p) + P.xlog1py(n - k, -p)
@@ -485,12 +543,17 @@ class _Binom(_Dist):
 
 
 class _Bernoulli(_Dist):
-    def logpmf(self, k, p, loc=0.0):
+    """The Bernoulli distribution with success probability p, scipy.stats.bernoulli."""
+
+    def logpmf(self, k: ArrayLike, p: ArrayLike, loc: ArrayLike = 0.0) -> Density:
         return binom.logpmf(k, 1.0, p, loc)
 
 
 class _Nbinom(_Dist):
-    def logpmf(self, k, n, p, loc=0.0):
+    """The negative binomial distribution, scipy.stats.nbinom: the failures before
+    the n-th success, each trial a success with probability p."""
+
+    def logpmf(self, k: ArrayLike, n: ArrayLike, p: ArrayLike, loc: ArrayLike = 0.0) -> Density:
         k = _shift(k, loc)
         lp = P.gammaln(n + k) - P.gammaln(k + 1.0) - P.gammaln(n) + n * np.log(p) \
             + P.xlog1py(k, -p)
@@ -499,7 +562,10 @@ class _Nbinom(_Dist):
 
 
 class _Geom(_Dist):
-    def logpmf(self, k, p, loc=0.0):
+    """The geometric distribution, scipy.stats.geom: the trials up to and including
+    the first success, of probability p."""
+
+    def logpmf(self, k: ArrayLike, p: ArrayLike, loc: ArrayLike = 0.0) -> Density:
         k = _shift(k, loc)
         lp = P.xlog1py(k - 1.0, -p) + np.log(p)
         return _result(lp, _or(_lt(k, 1.0), _not_integer(k)), _p_invalid(p, open_low=True),
@@ -507,7 +573,11 @@ class _Geom(_Dist):
 
 
 class _Betabinom(_Dist):
-    def logpmf(self, k, n, a, b, loc=0.0):
+    """The beta-binomial distribution, scipy.stats.betabinom: n trials with a
+    success probability drawn from beta(a, b)."""
+
+    def logpmf(self, k: ArrayLike, n: ArrayLike, a: ArrayLike, b: ArrayLike,
+               loc: ArrayLike = 0.0) -> Density:
         k = _shift(k, loc)
         comb = -np.log(n + 1.0) - P.betaln(n - k + 1.0, k + 1.0)
         lp = comb + P.betaln(k + a, n - k + b) - P.betaln(a, b)
@@ -519,7 +589,9 @@ class _Betabinom(_Dist):
 # ---------------------------------------------------------------- multivariate
 
 class _Dirichlet(_Dist):
-    def logpdf(self, x, alpha):
+    """The Dirichlet distribution with concentrations alpha, scipy.stats.dirichlet."""
+
+    def logpdf(self, x: ArrayLike, alpha: ArrayLike) -> Density:
         """scipy's layout: alpha is (K,), x is (K,) or (K, ...) -- the components
         along the FIRST axis, as scipy.stats.dirichlet computes it; x may also
         hold K - 1 components (the last is 1 - their sum), as scipy allows."""
@@ -539,7 +611,10 @@ class _Dirichlet(_Dist):
 
 
 class _Multinomial(_Dist):
-    def logpmf(self, x, n, p):
+    """The multinomial distribution of n trials with probabilities p,
+    scipy.stats.multinomial."""
+
+    def logpmf(self, x: ArrayLike, n: ArrayLike, p: ArrayLike) -> Density:
         """Components along the last axis of x and p (scipy's layout)."""
         lp = P.gammaln(n + 1.0) + np.sum(P.xlogy(x, p) - P.gammaln(x + 1.0), axis=-1)
         bad_x = _or(_not_integer(x), _lt(x, 0.0))
@@ -555,7 +630,11 @@ class _Multinomial(_Dist):
 
 
 class _MultivariateNormal(_Dist):
-    def logpdf(self, x, mean=None, cov=1, allow_singular=False):
+    """The multivariate normal distribution, scipy.stats.multivariate_normal: mean
+    and cov (a matrix, or a scalar or vector for a diagonal covariance)."""
+
+    def logpdf(self, x: ArrayLike, mean: ArrayLike | None = None, cov: ArrayLike = 1,
+               allow_singular: bool = False) -> Density:
         """scipy's layout: the last axis of x holds the components (a 1-D x is
         one point, or -- for dimension 1 -- many); mean (d,) (None: zeros);
         cov a (d, d) matrix, a (d,) diagonal or a scalar times the identity.

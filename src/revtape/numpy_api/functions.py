@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from ..core import ops
+from ..core.apitypes import ArrayLike
 from ..trace import tape as _tape_module
 from ..trace import tracked as _tracked
 from ..errors import ConversionError, UnsupportedError
@@ -604,7 +605,7 @@ _REDUCE_UFUNCS = ops.REDUCE_UFUNCS
 
 
 def _gammainc_in_x(name):
-    def f(a, x):
+    def f(a: ArrayLike, x: ArrayLike) -> "np.ndarray | float":
         if istracked(a):
             raise UnsupportedError(
                 f"scipy.special.{name}(a, x) on tracked values is differentiable in x only: "
@@ -613,7 +614,10 @@ def _gammainc_in_x(name):
         return getattr(P, name)(a, x)
     f.__name__ = name
     f.__doc__ = (f"scipy.special.{name}(a, x), the regularised incomplete gamma function: "
-                 "differentiable in x only (a tracked a raises UnsupportedError).")
+                 "differentiable in x only (a tracked a raises UnsupportedError).\n\n"
+                 "Parameters\n----------\na : float or array_like\n    The shape, a plain "
+                 "value.\nx : float or array_like\n    Plain or tracked; broadcast with a.\n\n"
+                 "Returns\n-------\nfloat or ndarray\n    Elementwise; tracked when x is.\n")
     return f
 
 

@@ -15,10 +15,12 @@ the extreme one -- so a replay at an input where the order changed raises
 """
 
 import string
+from typing import Any
 
 import numpy as np
 
 from ..core import ops
+from ..core.apitypes import ArrayLike, NDArray
 from . import functions as _api
 from ..trace import tracked as _t
 from .functions import _guard_all, masked_getitem  # noqa: F401 (structure.masked_getitem)
@@ -372,14 +374,29 @@ def _holds_tracked(v):
     return False
 
 
-def array(obj, dtype=None):
+def array(obj: ArrayLike, dtype: Any = None) -> NDArray[Any]:
     """An array from (nested) lists or tuples that mix tracked values with
     numbers and arrays -- ``rt.array([t1, 2.0, t2])`` -- as autograd's and
     JAX's ``np.array`` do: a tracked array when anything inside is tracked
     (the elements are stacked: each one's gradient flows back to it), else
     ``np.array(obj)``.  (numpy's own np.array always returns a plain ndarray,
     which cannot hold a gradient: it raises ConversionError on tracked
-    elements, and revtape does not replace numpy's function.)"""
+    elements, and revtape does not replace numpy's function.)
+
+    Parameters
+    ----------
+    obj : array_like
+        Nested lists or tuples of floats, arrays and tracked values, or an
+        array (tracked or not).
+    dtype : data-type, optional
+        A float dtype (float64; a tracked array is always float64); an
+        integer or other dtype is refused on tracked elements.
+
+    Returns
+    -------
+    ndarray or TrackedArray
+        A TrackedArray when anything inside obj is tracked, else ``np.array(obj, dtype)``.
+    """
     _dtype_ok("array", dtype)
     if istracked(obj):
         return obj

@@ -8,6 +8,7 @@ one program of lane vectors (_WideArena), split over C's pool of threads."""
 
 import threading
 from functools import partial as _partial
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from .vm import (RT_BUSY, RT_CALLBACK_FAILED, RT_GUARD_FAILED, RT_OK, _DOUBLES, 
 from ..core import isa
 from ..core import primitives as _prim
 from ..core import pytree
+from ..core.apitypes import FloatArray, PyTree
 from ..errors import BranchChanged, InputError, OutputError, RevtapeError
 from ..lower import wide as _wide
 
@@ -40,7 +42,8 @@ class Batches:
         self._batch_lock = threading.Lock()
         track_locks(self)
 
-    def batch_value_and_gradient(self, X, out=None, threads=None):
+    def batch_value_and_gradient(self, X: PyTree, out: PyTree = None,
+                                 threads: int | None = None) -> tuple[FloatArray, Any]:
         """Value and gradient at every row of X: ``(values[k], grads[(k,) + input
         shape])`` for X of shape ``(k,) + input shape`` (a tuple of such stacks for
         a tuple input; the gradients are then a tuple).  One C call per thread,
@@ -122,7 +125,7 @@ class Batches:
             ffi.from_buffer("double[]", G[r0:r1]) if g_len else ffi.NULL, row))
         return values, self._batch_split(G, user, k)
 
-    def batch_forward(self, X, threads=None):
+    def batch_forward(self, X: PyTree, threads: int | None = None) -> FloatArray:
         """The output at every row of X (shape ``(k,) + input shape``):
         ``values[k]`` for a scalar output, ``(k,) + output shape`` otherwise."""
         fs = self._fast_shape

@@ -7,6 +7,7 @@ this process's buffers); deepcopy gives the callable itself."""
 
 import types
 from functools import partial as _partial
+from typing import Callable
 
 import numpy as np
 
@@ -14,6 +15,7 @@ from .arena import _FastMarks
 from .handoff import _bind_hot
 from .vm import _F64, _checked, ffi, lib
 from ..core import isa
+from ..core.apitypes import FloatArray
 from ..errors import InputError, OutputError, PicklingError
 
 _BIND_NEEDS = "bind() needs a gradient tape (scalar output)"
@@ -56,7 +58,7 @@ class Binding:
         run.ctape = self          # keeps the program and the buffers alive
         return types.MethodType(run, _BoundPin())
 
-    def bind(self, x_buf, g_buf):
+    def bind(self, x_buf: FloatArray, g_buf: FloatArray) -> Callable[[], float]:
         """A no-argument callable for sampler loops: replays at whatever x_buf holds,
         writes the gradient into g_buf and returns the value.  Both buffers are
         checked once, here: run() does not look at them again, so they must

@@ -22,6 +22,7 @@ compiled_hessian.py (a HessianTape's program, CompiledHessian).
 
 import copy as _copy
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from .sweeps import Sweeps
 from .vm import _checked, ffi, lib, verify
 from .vm import array_threads  # noqa: F401  (public here: revtape.runtime.compiled.array_threads)
 from ..core import isa
+from ..core.apitypes import NativeMode, NDArray
 from ..core import primitives as _prim
 from ..errors import InputError, OutputError
 from ..lower import compiler
@@ -46,9 +48,32 @@ from ..trace.tape import NULL_TAPE, Tape
 
 
 class CompiledTape(Replay, Sweeps, Plumbing, Batches, Binding, NativeHandoff):
-    """A tape lowered to the C VM.  Same replay methods as Tape, run in C."""
+    """A tape lowered to the C VM.  Same replay methods as Tape, run in C.
 
-    def __new__(cls, tape=None, *args, **kwargs):
+    ``rt.compile(tape)`` is the usual spelling.  One CompiledTape serves one
+    thread at a time (``copy.deepcopy`` gives an independent copy, compiled
+    afresh); it pickles (rebuilt and verified on load).
+
+    Parameters
+    ----------
+    tape : Tape
+        A finished tape.
+    guards : bool, default True
+        Check the recorded branches at every replay (``rt.BranchChanged``).
+    n_grad : int, optional
+        Differentiate only the first n_grad inputs (the rest are data).
+    native : {"auto", True, False}, default "auto"
+        The native tier (see ``rt.compile``).
+
+    Raises
+    ------
+    InputError
+        tape is not a finished tape with inputs and an output.
+    VerificationError
+        The C verifier refused the program (it is never run).
+    """
+
+    def __new__(cls, tape: Any = None, *args: Any, **kwargs: Any) -> "CompiledTape":
         # A HessianTape's program is a CompiledHessian (below) however it is
         # built -- rt.compile, a deep copy, an unpickled copy (the pickle names
         # CompiledTape's _rebuild, so pickles of either kind stay one format)
@@ -56,8 +81,9 @@ class CompiledTape(Replay, Sweeps, Plumbing, Batches, Binding, NativeHandoff):
             cls = CompiledHessian
         return super().__new__(cls)
 
-    def __init__(self, tape, guards=True, n_grad=None, _program=None, _pickled=False,
-                 native="auto"):
+    def __init__(self, tape: Tape, guards: bool = True, n_grad: int | None = None,
+                 _program: Any = None, _pickled: bool = False,
+                 native: NativeMode = "auto") -> None:
         if native not in (False, True, "auto"):
             raise InputError(f"native must be False, True or 'auto', not {native!r}")
         if _program is None:
@@ -122,26 +148,26 @@ class CompiledTape(Replay, Sweeps, Plumbing, Batches, Binding, NativeHandoff):
 
     # ------------------------------------------------ inspection
     @property
-    def code(self):
+    def code(self) -> NDArray[np.int32]:
         """A read-only view of this tape's own instruction words (n_instr x 6, int32)."""
         v = self._code.view()
         v.setflags(write=False)
         return v
 
     @property
-    def tape(self):
+    def tape(self) -> Tape:
         """The tape this program was compiled from."""
         return self._tape
 
     @property
-    def program(self):
+    def program(self) -> Any:
         """The program as plain data (a copy: changing it changes nothing here)."""
         return _copy.copy(self._program)
 
     def __len__(self):
         return self._code.shape[0]
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """Counts of this program: tape instructions, instructions kept, program
         instructions, and how many of them call back into Python (primitives)."""
         out = dict(self._program.stats)
@@ -149,7 +175,7 @@ class CompiledTape(Replay, Sweeps, Plumbing, Batches, Binding, NativeHandoff):
         out["arena_values"] = self._program.n_vals
         return out
 
-    def disassemble(self):
+    def disassemble(self) -> str:
         """The program as text, one instruction a line: @out[n] = OP(@a, @b, @c)."""
         return _disassemble(self._program, self._code, self._ints)
 

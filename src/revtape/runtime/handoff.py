@@ -30,7 +30,7 @@ class NativeHandoff:
             _native.arm(self)
 
     @property
-    def native_state(self):
+    def native_state(self) -> str:
         """Which code replays value_and_gradient, gradient and forward: "off" (the
         VM: native=False, REVTAPE_NATIVE=0, or a program the native tier does not
         take), "vm" (native="auto", not hot yet), "compiling" (hot: building in
@@ -38,7 +38,7 @@ class NativeHandoff:
         with one NativeWarning)."""
         return self._native_state
 
-    def wait_native(self, timeout=None):
+    def wait_native(self, timeout: float | None = None) -> bool:
         """Wait until a native="auto" build started by this tape's hotness has
         finished (or timeout seconds); True when native code is serving."""
         ev = self.__dict__.get("_native_event")

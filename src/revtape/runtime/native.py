@@ -50,6 +50,7 @@ import numpy as np
 from .. import config
 from ..core import ops
 from ..errors import NativeCompileError, NativeWarning, RevtapeError, UnsupportedError
+from ..errors import user_site, warn_at
 
 FLAGS = ("-O2", "-std=c99", "-fno-math-errno", "-ffp-contract=off", "-D_DEFAULT_SOURCE",
          "-fPIC", "-shared")
@@ -1452,15 +1453,21 @@ def _compiler():
                 cc_id += f"|{shlex.join(words[1:])}|{shlex.join(cflags)}"
             hit = _compilers[(own, cc, cflags)] = (Compiler((path, *words[1:]), cflags), cc_id)
             return hit
+    # .missing says what is missing in words that fit native="auto"'s warning too
     if chosen:
         var = "REVTAPE_CC" if own else "CC"
-        raise NativeCompileError(
+        missing = f"the C compiler {chosen[0]} (${var}) was not found on PATH"
+        e = NativeCompileError(
             f"native=True needs a C compiler, and {chosen[0]} (${var}) was not found on PATH; "
             f"install it or set {var} to another one, or compile with native=False to use "
             f"the VM")
-    raise NativeCompileError(
-        "native=True needs a C compiler, and none (sysconfig's CC, cc, gcc) was found on "
-        "PATH; install one (or set CC), or compile with native=False to use the VM")
+    else:
+        missing = "no C compiler (sysconfig's CC, cc, gcc) was found on PATH"
+        e = NativeCompileError(
+            "native=True needs a C compiler, and none (sysconfig's CC, cc, gcc) was found on "
+            "PATH; install one (or set CC), or compile with native=False to use the VM")
+    e.missing = missing
+    raise e
 
 
 _digest = None
@@ -1729,14 +1736,16 @@ def _runtime_objects(cc, cc_id, d, deadline):
     return [str(path)]
 
 
+# The user's line whose call made the tape being built hot (set on the builder
+# thread for each build): the builder's warnings point there, not into its own
+# stack, which holds no user frame.
+_site = threading.local()
+
+
 def _warn(message):
-    """A NativeWarning pointing at the first frame outside revtape (the user's line)."""
-    import warnings
-    pkg = str(pathlib.Path(__file__).resolve().parents[1]) + os.sep
-    f, level = sys._getframe(1), 2
-    while f is not None and f.f_code.co_filename.startswith(pkg):
-        f, level = f.f_back, level + 1
-    warnings.warn(message, NativeWarning, stacklevel=level if f is not None else 2)
+    """A NativeWarning pointing at the user's line: the first frame outside
+    revtape, or on the builder thread the line that made the tape hot."""
+    warn_at(message, NativeWarning, getattr(_site, "where", None))
 
 
 def _layout(ct, tangent=True):
@@ -1841,7 +1850,8 @@ def hot(ct):
             threading.Thread(target=_builder, args=(_queue,), name="revtape-native",
                              daemon=True).start()
     import weakref
-    _queue.put((weakref.ref(ct), ct._code, ct._ints, _layout(ct, _wants_tangent(ct))))
+    _queue.put((weakref.ref(ct), ct._code, ct._ints, _layout(ct, _wants_tangent(ct)),
+                user_site()))
 
 
 def add_tangent(ct):
@@ -1864,7 +1874,7 @@ def _builder(q):
     never an exception to anyone; a failure leaves the VM serving, with one
     warning per kind of failure per process."""
     while True:
-        ref, code, ints, layout = q.get()
+        ref, code, ints, layout, _site.where = q.get()
         ct = ref()
         if ct is None:
             continue                          # dropped while it waited
@@ -1896,7 +1906,13 @@ def _warn_once(e):
             return
         _warned.add(kind)
     try:
-        _warn(f"revtape: native='auto' could not build native code ({e}); the VM "
-              f"keeps serving this tape.  Set REVTAPE_NATIVE=0 to stop trying.")
+        # native=True's advice (use native=False) is what "auto" does already
+        why = re.sub(r"[;,]? (or )?compile with native=False to use the VM$", "", str(e))
+        missing = getattr(e, "missing", None)
+        _warn(f"revtape: this tape got hot, but native='auto' could not build native code "
+              f"for it: {missing or why}.  The VM keeps serving it (the same results, only "
+              f"slower).  " + ("Install a C compiler or set CC to one; set " if missing else
+                               "Set ") + "REVTAPE_NATIVE=0 to stop trying (and silence this "
+              "warning).")
     except BaseException:                     # noqa: BLE001 - e.g. warnings turned into errors
         pass

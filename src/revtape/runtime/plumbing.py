@@ -7,6 +7,7 @@ import numpy as np
 
 from .vm import _F64, _ND, ffi
 from ..core import pytree
+from ..core.apitypes import ArrayLike, FloatArray, PyTree
 from ..errors import InputError
 from ..trace.hessian import Parts
 from ..trace.values import check_input, check_out
@@ -72,7 +73,7 @@ class Plumbing:
             self._flat_layout = layout
         return layout
 
-    def flatten(self, x):
+    def flatten(self, x: PyTree) -> FloatArray:
         """x (a float, an array, a tuple or a pytree shaped like the recording
         input) as one flat float64 vector: the layout bind() and the C program use."""
         layout = self._layout()
@@ -80,7 +81,7 @@ class Plumbing:
             x = (x,)
         return layout.flatten(x)
 
-    def unflatten(self, vec):
+    def unflatten(self, vec: ArrayLike) -> PyTree:
         """A flat vector (an input, or a gradient of a tape whose inputs are all
         differentiated) in the recording input's structure."""
         layout = self._layout()

@@ -5,10 +5,12 @@ statuses stand for."""
 
 import threading
 import weakref
+from typing import Any, overload
 
 import numpy as np
 
 from .arena import _checked_marks
+from ..core.apitypes import FloatArray, NDArray, PyTree
 from .handoff import _hot_of
 from .vm import (RT_BADARG, RT_BAD_INDEX, RT_BUSY, RT_CALLBACK_FAILED, RT_GUARD_FAILED,
                  RT_OK, RT_OK_HOT, _DOUBLE_P, _DOUBLES, _F64, _ND, _checked, _checked_vg,
@@ -103,9 +105,9 @@ class Replay:
         params = self._program.guards[report.guard][0]
         return branch_changed(params, float(report.operands[0]), float(report.operands[1]))
 
-    def forward(self, x):
+    def forward(self, x: PyTree) -> Any:
         """Replay the forward pass at x (no reverse sweep: the adjoints are not
-        touched); returns the output."""
+        touched); returns the output (a float, or an array for a Jacobian tape)."""
         prog = self._program
         ck = self._ck
         if ck is not None and _checked_fw is not None:
@@ -135,8 +137,38 @@ class Replay:
 
     __call__ = forward
 
-    def value_and_gradient(self, x, out=None):
-        """(value, gradient) at x; with out= the gradient is written there (no allocation)."""
+    @overload
+    def value_and_gradient(self, x: NDArray[Any],
+                           out: FloatArray | None = None) -> tuple[float, FloatArray]: ...
+    @overload
+    def value_and_gradient(self, x: float, out: None = None) -> tuple[float, float]: ...
+    @overload
+    def value_and_gradient(self, x: PyTree, out: PyTree = None) -> tuple[float, Any]: ...
+
+    def value_and_gradient(self, x: PyTree, out: PyTree = None) -> tuple[float, Any]:
+        """(value, gradient) at x; with out= the gradient is written there (no allocation).
+
+        Parameters
+        ----------
+        x : float, ndarray, tuple or pytree
+            The input, structured, shaped and typed as the recorded one.
+        out : ndarray (or the structure of x), optional
+            A float64 buffer shaped like x for the gradient; returned.
+
+        Returns
+        -------
+        (float, gradient)
+            The value and the gradient, structured like x.
+
+        Raises
+        ------
+        InputError
+            x or out has the wrong structure, shape or dtype.
+        BranchChanged
+            x takes another branch of a recorded comparison (guards on).
+        ConcurrentUseError
+            Another thread is replaying this CompiledTape.
+        """
         # The plain case -- x a float64 array of the recorded shape, C order,
         # aligned; out the same (writeable, apart from x) or None -- is checked
         # and replayed in one C call (csrc/pyext/checked.c), which reads both
@@ -239,7 +271,14 @@ class Replay:
         self._mark_replayed()
         return value[0], self._split_grad(g, user)
 
-    def gradient(self, x, out=None):
+    @overload
+    def gradient(self, x: NDArray[Any], out: FloatArray | None = None) -> FloatArray: ...
+    @overload
+    def gradient(self, x: float, out: None = None) -> float: ...
+    @overload
+    def gradient(self, x: PyTree, out: PyTree = None) -> Any: ...
+
+    def gradient(self, x: PyTree, out: PyTree = None) -> Any:
         """The gradient at x (written into out= when given): value_and_gradient's second half."""
         return self.value_and_gradient(x, out)[1]
 

@@ -3,17 +3,20 @@ row or column: the Jacobian, vector-Jacobian and Jacobian-vector products,
 and (forward over reverse, on the compiled HessianTape of a gradient tape)
 the Hessian and Hessian-vector products."""
 
+from typing import Any
+
 import numpy as np
 
 from .vm import ffi, lib
 from ..core import pytree
+from ..core.apitypes import PyTree
 from ..trace.values import check_input, check_out
 
 
 class Sweeps:
     """CompiledTape's Jacobians, VJPs, JVPs and Hessians (a mixin of compiled.CompiledTape)."""
 
-    def jacobian(self, x, out=None):
+    def jacobian(self, x: PyTree, out: PyTree = None) -> Any:
         """d output / d input at x (output.shape + input.shape): one reverse sweep per
         output element, all in C."""
         return self._jacobian(x, out, self._program.out_shape)
@@ -49,7 +52,7 @@ class Sweeps:
             return pytree.unflatten(self._treedef, parts)
         return parts[0] if len(parts) == 1 else tuple(parts)
 
-    def vjp(self, x, w):
+    def vjp(self, x: PyTree, w: PyTree) -> Any:
         """w^T J at x: one reverse sweep seeded with w."""
         prog = self._program
         wv = np.ascontiguousarray(check_input(w, prog.out_shape), dtype=np.float64).reshape(-1)
@@ -60,7 +63,7 @@ class Sweeps:
         self._mark_replayed()
         return self._split_grad(g, None)
 
-    def jvp(self, x, v):
+    def jvp(self, x: PyTree, v: PyTree) -> Any:
         """J v at x (shaped like the output): one forward and one tangent sweep
         (forward mode) in C.  v is shaped like the differentiated input(s)."""
         ydot = self._jvp_flat(x, v)
@@ -81,7 +84,7 @@ class Sweeps:
     # Forward-over-reverse: the program of a HessianTape computes f's gradient
     # (the reverse pass, recorded), and tangent sweeps over it differentiate
     # that gradient in C.
-    def hessian(self, x, out=None):
+    def hessian(self, x: PyTree, out: PyTree = None) -> Any:
         """The Hessian at x (input.shape * 2): one tangent sweep of the gradient
         program per input element, in C."""
         h = self._hessian_program()
@@ -93,7 +96,7 @@ class Sweeps:
             return h._parts.blocks(h._jacobian(flat, None, flat.shape, sweeps), out)
         return h._jacobian(x, out, h._grad_shapes[0], sweeps)
 
-    def hvp(self, x, v):
+    def hvp(self, x: PyTree, v: PyTree) -> Any:
         """H(x) v: one forward and one tangent sweep of the gradient program."""
         h = self._hessian_program()
         flat = h._jvp_flat if h._tangents_defined() else h._vjp_flat

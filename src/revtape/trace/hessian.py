@@ -8,10 +8,12 @@ computes the gradient and the VM's tangent sweep differentiates it
 """
 
 import math
+from typing import Any
 
 import numpy as np
 
 from ..core import pytree
+from ..core.apitypes import Function, PyTree
 from ..errors import InputError, UnsupportedError
 from .recording import GradientTape, call_with
 from .replay import record_gradient
@@ -27,9 +29,18 @@ class HessianTape(Tape):
     ``gradient(x)`` replays it; ``hessian(x)`` is its Jacobian;
     ``hvp(x, v)`` one reverse sweep of it seeded with v (H is symmetric).
     Compiled, the same two are tangent sweeps of it in C: forward-over-reverse.
+
+    Parameters
+    ----------
+    f : callable
+        The scalar function, of the tracked x (``f(*x)`` for a tuple x when f
+        takes that many arguments).
+    x : float, ndarray, tuple or pytree
+        Where to record; a tuple or pytree is laid out as one flat vector, and
+        the methods take and give values structured like x.
     """
 
-    def __init__(self, f, x):
+    def __init__(self, f: Function, x: PyTree) -> None:
         super().__init__()
         self._parts = None
         leaves, treedef = pytree.input_structure(x)
@@ -55,12 +66,13 @@ class HessianTape(Tape):
         self._value_id = record_gradient(self, src)
         self._func = getattr(src, "_func", None)
 
-    def forward(self, x):
+    def forward(self, x: PyTree) -> float:
         """Replay at x; returns the value of f (the tape's output is its gradient)."""
         self._replay(self._flat(x))
         return self._vals[self._value_id]
 
-    def value_and_gradient(self, x, out=None):
+    def value_and_gradient(self, x: PyTree, out: PyTree = None) -> tuple[float, Any]:
+        """Replay at x; returns (f's value, its gradient shaped like x)."""
         self._check_finished()
         if self._parts is not None:
             g = self._replay(self._parts.flatten(x))
@@ -74,15 +86,18 @@ class HessianTape(Tape):
             return value, out
         return value, g
 
-    def gradient(self, x, out=None):
+    def gradient(self, x: PyTree, out: PyTree = None) -> Any:
+        """Replay at x; returns f's gradient, shaped like x."""
         return self.value_and_gradient(x, out)[1]
 
-    def hessian(self, x, out=None):
+    def hessian(self, x: PyTree, out: PyTree = None) -> Any:
+        """f's Hessian at x: the Jacobian of this tape (a tuple input: blocks)."""
         if self._parts is not None:
             return self._parts.blocks(self.jacobian(self._flat(x)), out)
         return self.jacobian(x, out)
 
-    def hvp(self, x, v):
+    def hvp(self, x: PyTree, v: PyTree) -> Any:
+        """H(x) v: one reverse sweep of this tape seeded with v."""
         if self._parts is not None:
             return self._parts.split_result(self.vjp(self._flat(x), self._parts.flatten(v)), None)
         return self.vjp(x, v)

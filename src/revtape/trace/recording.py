@@ -14,8 +14,10 @@ import contextlib
 import contextvars
 import gc
 import inspect
+from typing import Any
 
 from ..core import pytree
+from ..core.apitypes import Function, PyTree
 from ..errors import InputError
 from .tape import Tape
 from .values import check_out
@@ -85,14 +87,28 @@ def record(tape, f, x):
 
 
 class GradientTape(Tape):
-    """GradientTape(f, x): f recorded at x; f returns a scalar."""
+    """GradientTape(f, x): f recorded at x; f returns a scalar.
 
-    def __init__(self, f, x):
+    Parameters
+    ----------
+    f : callable
+        The function, of the tracked x (``f(*x)`` for a tuple x when f takes
+        that many arguments); it returns a scalar.
+    x : float, ndarray, tuple or pytree
+        Where to record: the tape's inputs, in x's structure.
+
+    Raises
+    ------
+    OutputError
+        f's result is not a scalar (use ``rt.JacobianTape``).
+    """
+
+    def __init__(self, f: Function, x: PyTree) -> None:
         super().__init__()
         record(self, f, x)
         self._scalar_output()
 
-    def value_and_gradient_recorded(self, out=None):
+    def value_and_gradient_recorded(self, out: PyTree = None) -> tuple[float, Any]:
         """Value and gradient at the recording input, without replaying."""
         if out is not None:
             check_out(self._out_leaves(out), [self._vals[t._id] for t in self._inputs])
@@ -101,8 +117,16 @@ class GradientTape(Tape):
 
 
 class JacobianTape(Tape):
-    """JacobianTape(f, x): f recorded at x; f returns an array."""
+    """JacobianTape(f, x): f recorded at x; f returns an array.
 
-    def __init__(self, f, x):
+    Parameters
+    ----------
+    f : callable
+        The function, of the tracked x; it returns an array (or a scalar).
+    x : float, ndarray, tuple or pytree
+        Where to record: the tape's inputs, in x's structure.
+    """
+
+    def __init__(self, f: Function, x: PyTree) -> None:
         super().__init__()
         record(self, f, x)

@@ -9,10 +9,12 @@ recording.
 """
 
 import math
+from typing import Any, overload
 
 import numpy as np
 
 from ..core import ops, pytree
+from ..core.apitypes import FloatArray, NDArray, PyTree
 from ..errors import InputError, OutputError, RevtapeError, UnsupportedError
 from .guards import _check_guard
 from .values import check_input, check_out, evaluate, shape_of, write_out
@@ -156,12 +158,43 @@ class Replay:
         out = self._vals[self._output._id]
         return out if type(out) is float else np.array(out)
 
-    def forward(self, x):
-        """Replay at x; returns the output value."""
+    def forward(self, x: PyTree) -> Any:
+        """Replay at x; returns the output value (a float, or an array for a
+        Jacobian tape)."""
         return self._replay(x)
 
-    def value_and_gradient(self, x, out=None):
-        """Replay at x; returns (value, gradient shaped like x)."""
+    @overload
+    def value_and_gradient(self, x: NDArray[Any],
+                           out: FloatArray | None = None) -> tuple[float, FloatArray]: ...
+    @overload
+    def value_and_gradient(self, x: float, out: None = None) -> tuple[float, float]: ...
+    @overload
+    def value_and_gradient(self, x: PyTree, out: PyTree = None) -> tuple[float, Any]: ...
+
+    def value_and_gradient(self, x: PyTree, out: PyTree = None) -> tuple[float, Any]:
+        """Replay at x; returns (value, gradient shaped like x).
+
+        Parameters
+        ----------
+        x : float, ndarray, tuple or pytree
+            The input, structured, shaped and typed as the recorded one.
+        out : ndarray (or the structure of x), optional
+            Where to write the gradient (float64, shaped like x); returned.
+
+        Returns
+        -------
+        (float, gradient)
+            The scalar output's value and its gradient, structured like x.
+
+        Raises
+        ------
+        InputError
+            x or out has the wrong structure, shape or dtype.
+        OutputError
+            The output is not a scalar (use ``jacobian``).
+        BranchChanged
+            x takes another branch of a recorded comparison.
+        """
         self._check_finished()
         self._scalar_output()
         if out is not None:
@@ -169,11 +202,19 @@ class Replay:
         value = self._replay(x)
         return value, self._grads_out(self._reverse(1.0), out)
 
-    def gradient(self, x, out=None):
-        """Replay at x; returns the gradient of the scalar output, shaped like x."""
+    @overload
+    def gradient(self, x: NDArray[Any], out: FloatArray | None = None) -> FloatArray: ...
+    @overload
+    def gradient(self, x: float, out: None = None) -> float: ...
+    @overload
+    def gradient(self, x: PyTree, out: PyTree = None) -> Any: ...
+
+    def gradient(self, x: PyTree, out: PyTree = None) -> Any:
+        """Replay at x; returns the gradient of the scalar output, shaped like x
+        (``value_and_gradient(x, out)[1]``: the same parameters)."""
         return self.value_and_gradient(x, out)[1]
 
-    def jacobian(self, x, out=None):
+    def jacobian(self, x: PyTree, out: PyTree = None) -> Any:
         """Replay at x; returns d output / d input with shape output.shape + input.shape."""
         self._check_finished()
         if out is not None:
@@ -202,7 +243,7 @@ class Replay:
         yshape = shape_of(self._vals[self._output._id])
         return [np.empty(tuple(yshape) + shape_of(self._vals[t._id])) for t in self._inputs]
 
-    def hessian(self, x, out=None):
+    def hessian(self, x: PyTree, out: PyTree = None) -> Any:
         """Replay at x; returns the Hessian of the scalar output (input.shape * 2)."""
         self._check_finished()
         self._scalar_output()
@@ -210,13 +251,13 @@ class Replay:
             raise UnsupportedError("hessian() supports tapes with one input")
         return self._gradient_tape().jacobian(x, out)
 
-    def hvp(self, x, v):
+    def hvp(self, x: PyTree, v: PyTree) -> Any:
         """Hessian-vector product at x: one reverse sweep of the gradient tape seeded with v."""
         self._check_finished()
         self._scalar_output()
         return self._gradient_tape().vjp(x, v)
 
-    def vjp(self, x, w):
+    def vjp(self, x: PyTree, w: PyTree) -> Any:
         """w^T J at x for an array output (a reverse sweep seeded with w)."""
         self._check_finished()
         y = self._replay(x)

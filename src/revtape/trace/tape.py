@@ -15,10 +15,12 @@ values.py; their names stay importable from here.
 
 import math
 import weakref
+from typing import Any, Self
 
 import numpy as np
 
 from ..core import ops
+from ..core.apitypes import ArrayLike
 from ..errors import InputError, TapeFinishedError, TapeMixError
 from .guards import _caller, describe_where
 from . import tapestate
@@ -146,7 +148,7 @@ class Tape(Replay):
     _head = None                  # (pickles from before the columns have neither)
     _compact_next = COMPACT_AT
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._vals = []           # node id -> value (float or float64 ndarray)
         self._instrs = []         # (op, out, args, params)
         self._inputs = _Nodes(self)   # tracked input objects, in track() order (held weakly)
@@ -179,7 +181,7 @@ class Tape(Replay):
     # What the compiler, the transforms and the Hessian construction read
     # (read-only by contract; only the tape and its tracked handles write).
     @property
-    def instructions(self):
+    def instructions(self) -> Any:
         """The recorded instructions, in order: ``(op, out, args, params)`` with
         op a row of the op table, out and args node ids, params its static
         arguments; a guard has out == -1.  A list, or for a long tape an
@@ -190,36 +192,36 @@ class Tape(Replay):
         return self._instrs
 
     @property
-    def values(self):
+    def values(self) -> list[Any]:
         """Node id -> value (float or read-only float64 ndarray): inputs,
         constants and results as recorded or as the last reference replay left
         them (constants and shapes never change)."""
         return self._vals
 
     @property
-    def input_ids(self):
+    def input_ids(self) -> tuple[int, ...]:
         """The inputs' node ids, in track() order."""
         return tuple(self._inputs._ids)
 
     @property
-    def output_id(self):
+    def output_id(self) -> int | None:
         """The output's node id (None before finish)."""
         outs = self._outs
         return outs._ids[0] if len(outs) else None
 
     # ------------------------------------------------ recording
     @property
-    def recording(self):
+    def recording(self) -> bool:
         """True until finish(): operations on this tape's tracked values are recorded."""
         return self._recording
 
     @property
-    def inputs(self):
+    def inputs(self) -> list[Any]:
         """The tracked inputs, in track() order (rt.value of one is the last replay's)."""
         return list(self._inputs)
 
     @property
-    def output(self):
+    def output(self) -> Any:
         """The tracked output given to finish() (None before); rt.value of it is the
         last replay's value."""
         return self._output
@@ -239,8 +241,27 @@ class Tape(Replay):
                 "this tape has finished recording; record a new tape (rt.Tape() or "
                 "rt.GradientTape(f, x)) or replay this one with tape.forward/gradient(x)")
 
-    def track(self, value):
-        """Register an input: a float becomes a TrackedReal, an array a TrackedArray."""
+    def track(self, value: ArrayLike) -> Any:
+        """Register an input: a float becomes a TrackedReal, an array a TrackedArray.
+
+        Parameters
+        ----------
+        value : float or array_like
+            The input's value at this recording; integers become float64.  The
+            tape keeps a private copy.
+
+        Returns
+        -------
+        TrackedReal or TrackedArray
+            The tracked input: compute the output from it on this tape.
+
+        Raises
+        ------
+        TapeFinishedError
+            The tape has finished recording.
+        InputError
+            value is already tracked (pass ``rt.value(v)``).
+        """
         self._check_recording()
         if getattr(value, "_is_tracked", False):
             raise InputError("track() takes a plain float or array, not a tracked value; "
@@ -319,7 +340,7 @@ class Tape(Replay):
             "index": self._n_guards}))
         self._n_guards += 1
 
-    def copy_guard(self, a, b, params):
+    def copy_guard(self, a: Any, b: Any, params: dict[str, Any]) -> None:
         """Record a guard that another tape recorded (same predicate, expected
         outcome and source line) on this tape's values a and b: a traced
         replay of that tape keeps refusing the same branch changes."""
@@ -328,8 +349,20 @@ class Tape(Replay):
                              {**params, "index": self._n_guards}))
         self._n_guards += 1
 
-    def finish(self, output):
-        """Mark the output, stop recording and return the tape."""
+    def finish(self, output: Any) -> Self:
+        """Mark the output, stop recording and return the tape.
+
+        Parameters
+        ----------
+        output : TrackedReal, TrackedArray, float, array_like, or a list/tuple of them
+            The result computed on this tape (a list or tuple is stacked into
+            one array output); a plain value is a constant output.
+
+        Returns
+        -------
+        Tape
+            This tape, finished: ready to replay or to ``rt.compile``.
+        """
         self._check_recording()
         if isinstance(output, (list, tuple)):
             output = _HANDLES.stack(list(output))
@@ -352,7 +385,7 @@ class Tape(Replay):
     def __bool__(self):  # a tape with no instructions is still a tape
         return True
 
-    def listing(self, limit=None):
+    def listing(self, limit: int | None = None) -> list[str]:
         """The instructions as text lines, ``%out = op(%a, %b, params)`` with the
         result's shape, guards with their source line; at most `limit` of them."""
         lines = []
@@ -374,7 +407,7 @@ class Tape(Replay):
             lines.append(f"  %{out} = {op.name}({a}{extra})" + (f"  # {shape}" if shape else ""))
         return lines
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         """Instruction counts: all, guards, and calls of custom primitives (each
         calls back into Python at every replay)."""
         pycalls = sum(1 for op, *_ in self.instructions if op.family == ops.PYCALL)

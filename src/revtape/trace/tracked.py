@@ -18,13 +18,15 @@ x[k], ...) are numpy_api.py, the layer above, reached through _API.
 """
 
 import copy as _copy
+from typing import Any
 
 import numpy as np
 
 from ..core import ops
+from ..core.apitypes import ArrayLike
 from ..errors import ConversionError, UnsupportedError
 from . import tape as _tape_module
-from .tape import NULL_TAPE
+from .tape import NULL_TAPE, Tape
 from .values import _norm, as_value, shape_of
 
 P = ops.P
@@ -80,8 +82,27 @@ def _value_of(v):
     return v
 
 
-def value(v):
-    """The plain value of v: a float or ndarray for tracked values, v itself otherwise."""
+def value(v: Any) -> Any:
+    """The plain value of v: a float or ndarray for tracked values, v itself otherwise.
+
+    Parameters
+    ----------
+    v : object
+        A tracked value, a list or tuple holding some, or anything else.
+
+    Returns
+    -------
+    float, ndarray or v
+        A tracked value's value (its last replay's, after a replay); a list or
+        tuple of the values of its items; any other v unchanged.
+
+    Examples
+    --------
+    >>> import numpy as np, revtape as rt
+    >>> tape = rt.GradientTape(lambda x: np.sum(x * x), np.array([1.0, 2.0]))
+    >>> rt.value(tape.output)
+    5.0
+    """
     if getattr(v, "_is_tracked", False):
         val = v.value
         return val if type(val) is float else np.array(val)
@@ -90,13 +111,36 @@ def value(v):
     return v
 
 
-def istracked(v):
-    """True for a TrackedReal or TrackedArray (a node of some tape)."""
+def istracked(v: object) -> bool:
+    """True for a TrackedReal or TrackedArray (a node of some tape).
+
+    Parameters
+    ----------
+    v : object
+        Any value.
+
+    Returns
+    -------
+    bool
+        Whether v is tracked; plain floats, arrays and containers of tracked
+        values are not.
+    """
     return getattr(v, "_is_tracked", False)
 
 
-def tape_of(v):
-    """The tape v records onto; rt.NULL_TAPE for an untracked value."""
+def tape_of(v: object) -> Tape:
+    """The tape v records onto; rt.NULL_TAPE for an untracked value.
+
+    Parameters
+    ----------
+    v : object
+        Any value.
+
+    Returns
+    -------
+    Tape
+        The tape of a tracked value (recording or finished), else ``rt.NULL_TAPE``.
+    """
     return v._tape if getattr(v, "_is_tracked", False) else NULL_TAPE
 
 
@@ -139,7 +183,7 @@ class Tracked:
     _is_tracked = True
     __array_priority__ = 1000
 
-    def __init__(self, value, tape=NULL_TAPE):
+    def __init__(self, value: ArrayLike, tape: Tape = NULL_TAPE) -> None:
         if tape is NULL_TAPE:
             self._tape, self._id, self._const = NULL_TAPE, -1, as_value(value)
         else:
@@ -391,13 +435,34 @@ class Tracked:
 
 
 class TrackedReal(Tracked):
-    """A tracked scalar (a node of shape ())."""
+    """A tracked scalar (a node of shape ()): it acts as a float, and every
+    operation on it records onto its tape.
+
+    Parameters
+    ----------
+    value : float
+        The value.
+    tape : Tape, default rt.NULL_TAPE
+        A recording tape to register it on as an input (``tape.track(value)``
+        is the usual spelling); the default is an untracked constant.
+    """
 
     __slots__ = ()
 
 
 class TrackedArray(Tracked):
-    """A tracked float64 array (any shape with ndim >= 1)."""
+    """A tracked float64 array (any shape with ndim >= 1): it acts as an
+    ndarray, and every operation on it records onto its tape as one array
+    instruction.
+
+    Parameters
+    ----------
+    value : array_like
+        The value (converted to float64).
+    tape : Tape, default rt.NULL_TAPE
+        A recording tape to register it on as an input (``tape.track(value)``
+        is the usual spelling); the default is an untracked constant.
+    """
 
     __slots__ = ()
 

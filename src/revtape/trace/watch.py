@@ -42,7 +42,6 @@ import sys
 import sysconfig
 import threading
 import types
-import warnings
 
 import numpy as np
 
@@ -55,7 +54,7 @@ _MISSING = object()
 _UNREADABLE = object()
 
 
-from ..errors import RandomDrawWarning  # noqa: E402  (defined with every revtape warning)
+from ..errors import RandomDrawWarning, warn as warn_user  # noqa: E402  (defined with every revtape warning)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -627,22 +626,12 @@ def _unbound_of(cls, name):
     return None
 
 
-def _user_stacklevel():
-    """The stacklevel, for warnings.warn called from our caller, of the first
-    frame outside revtape: the user's line that made the tape."""
-    level, frame = 2, sys._getframe(2)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PKG_DIR):
-        frame = frame.f_back
-        level += 1
-    return level
-
-
 def warn_tape_draws(watcher):
     """The explicit tapes keep draws as constants: say so once, at recording."""
     if watcher.draws:
-        warnings.warn(
+        warn_user(
             f"random numbers were drawn while this tape was recorded ({watcher.draw_report()}); "
             "the tape keeps them as constants, so every replay reuses these numbers. "
             "Use rt.grad(f) to draw afresh on every call, or pass the noise in as an argument; "
             "silence with warnings.filterwarnings('ignore', category=rt.RandomDrawWarning)",
-            RandomDrawWarning, stacklevel=_user_stacklevel())
+            RandomDrawWarning)

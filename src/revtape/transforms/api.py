@@ -7,6 +7,7 @@ trace/recording.py (GradientTape, JacobianTape) and trace/hessian.py
 
 import functools
 import sys
+from typing import Any, overload
 
 from ..errors import UnsupportedError
 from . import outputs
@@ -14,6 +15,7 @@ from . import outputs
 from ..trace.hessian import HessianTape
 from ..trace.recording import GradientTape, JacobianTape, _once
 from ..trace.tape import Tape
+from ..core.apitypes import Differentiable, FloatArray, NDArray, PyTree
 
 
 def _tape_like(obj):
@@ -26,15 +28,84 @@ def _tape_like(obj):
     return compiled is not None and isinstance(obj, compiled.CompiledTape)
 
 
-def gradient(f, x, out=None):
-    """Gradient of scalar f at x (f a function, a tape or a compiled tape)."""
+@overload
+def gradient(f: Differentiable, x: NDArray[Any], out: FloatArray | None = None) -> FloatArray: ...
+@overload
+def gradient(f: Differentiable, x: float, out: None = None) -> float: ...
+@overload
+def gradient(f: Differentiable, x: PyTree, out: PyTree = None) -> Any: ...
+
+
+def gradient(f: Differentiable, x: PyTree, out: PyTree = None) -> Any:
+    """Gradient of scalar f at x (f a function, a tape or a compiled tape).
+
+    Parameters
+    ----------
+    f : callable, Tape or CompiledTape
+        The function (recorded at x on every call: hoist ``rt.grad(f)`` or
+        ``rt.compile`` out of a loop), or a tape or compiled tape to replay.
+    x : float, ndarray, tuple or pytree
+        Where to evaluate (``f(*x)`` for a tuple when f takes that many
+        arguments); the result is structured like x.
+    out : ndarray (or the structure of x), optional
+        Where to write the gradient (float64, shaped like x); returned.
+
+    Returns
+    -------
+    gradient : float, ndarray, tuple or pytree
+        df/dx, structured like x.
+
+    Raises
+    ------
+    OutputError
+        f's value is not a scalar (use ``rt.jacobian``).
+    InputError
+        x or out does not match (for a tape: the recorded input).
+
+    Examples
+    --------
+    >>> import numpy as np, revtape as rt
+    >>> rt.gradient(lambda x: np.sum(x ** 3), np.array([1.0, 2.0]))
+    array([ 3., 12.])
+    """
     if _tape_like(f):
         return f.gradient(x, out)
     return _once(GradientTape, f, x).value_and_gradient_recorded(out)[1]
 
 
-def value_and_gradient(f, x, out=None):
-    """(f(x), gradient at x) for a function, a tape or a compiled tape."""
+@overload
+def value_and_gradient(f: Differentiable, x: NDArray[Any],
+                       out: FloatArray | None = None) -> tuple[float, FloatArray]: ...
+@overload
+def value_and_gradient(f: Differentiable, x: float, out: None = None) -> tuple[float, float]: ...
+@overload
+def value_and_gradient(f: Differentiable, x: PyTree, out: PyTree = None) -> tuple[float, Any]: ...
+
+
+def value_and_gradient(f: Differentiable, x: PyTree, out: PyTree = None) -> tuple[float, Any]:
+    """(f(x), gradient at x) for a function, a tape or a compiled tape.
+
+    Parameters
+    ----------
+    f : callable, Tape or CompiledTape
+        The function (recorded at x on every call: hoist ``rt.grad(f)`` or
+        ``rt.compile`` out of a loop), or a tape or compiled tape to replay.
+    x : float, ndarray, tuple or pytree
+        Where to evaluate (``f(*x)`` for a tuple when f takes that many
+        arguments); the result is structured like x.
+    out : ndarray (or the structure of x), optional
+        Where to write the gradient (float64, shaped like x).
+
+    Returns
+    -------
+    (float, gradient)
+        f's scalar value and df/dx, structured like x.
+
+    Raises
+    ------
+    OutputError
+        f's value is not a scalar.
+    """
     if _tape_like(f):
         return f.value_and_gradient(x, out)
     return _once(GradientTape, f, x).value_and_gradient_recorded(out)
@@ -48,10 +119,29 @@ def _transform(f, kind, x):
     return CachedTransform(f, kind)
 
 
-def jacobian(f, x=None, out=None):
+def jacobian(f: Differentiable, x: PyTree = None, out: PyTree = None) -> Any:
     """Jacobian of f at x, shaped output.shape + input.shape.  Without x, the
-    cached, compiled, guarded transform: rt.jacobian(f)(x).  For an f
-    returning a pytree (tuple, list, dict), that structure of Jacobians."""
+    cached, compiled, guarded transform: rt.jacobian(f)(x).
+
+    Parameters
+    ----------
+    f : callable, Tape or CompiledTape
+        The function (recorded at x on every call: hoist ``rt.grad(f)`` or
+        ``rt.compile`` out of a loop), or a tape or compiled tape to replay.
+    x : float, ndarray, tuple or pytree
+        Where to evaluate (``f(*x)`` for a tuple when f takes that many
+        arguments); the result is structured like x.
+        Without x (f a function): the cached transform, ``rt.jacobian(f)(x)``.
+    out : ndarray, optional
+        Where to write the Jacobian (float64, output.shape + input.shape).
+
+    Returns
+    -------
+    ndarray, tuple or pytree, or a cached transform
+        The Jacobian (one block per input of a tuple or pytree x; f returning
+        a pytree gives the same structure of Jacobians); without x, a
+        callable ``J(x)``.
+    """
     if x is None:
         return _transform(f, "jacobian", x)
     if _tape_like(f):
@@ -76,9 +166,27 @@ def jacobian(f, x=None, out=None):
     return tape.jacobian(x, out)
 
 
-def hessian(f, x=None, out=None):
+def hessian(f: Differentiable, x: PyTree = None, out: PyTree = None) -> Any:
     """Hessian of scalar f at x, shaped input.shape + input.shape.  Without x,
-    the cached transform: rt.hessian(f)(x)."""
+    the cached transform: rt.hessian(f)(x).
+
+    Parameters
+    ----------
+    f : callable, Tape or CompiledTape
+        The function (recorded at x on every call: hoist ``rt.grad(f)`` or
+        ``rt.compile`` out of a loop), or a tape or compiled tape to replay.
+    x : float, ndarray, tuple or pytree
+        Where to evaluate (``f(*x)`` for a tuple when f takes that many
+        arguments); the result is structured like x.
+        Without x (f a function): the cached transform, ``rt.hessian(f)(x)``.
+    out : ndarray, optional
+        Where to write the Hessian (float64, input.shape * 2).
+
+    Returns
+    -------
+    ndarray (blocks for a tuple x), or a cached transform
+        The Hessian; without x, a callable ``H(x)``.
+    """
     if x is None:
         return _transform(f, "hessian", x)
     if _tape_like(f):
@@ -86,9 +194,32 @@ def hessian(f, x=None, out=None):
     return _once(HessianTape, f, x).hessian(x, out)
 
 
-def hvp(f, x=None, v=None):
+def hvp(f: Differentiable, x: PyTree = None, v: PyTree = None) -> Any:
     """Hessian-vector product H(x) v.  Without x, the cached transform:
-    rt.hvp(f)(x, v), as fast as ctape.hvp after its first call."""
+    rt.hvp(f)(x, v), as fast as ctape.hvp after its first call.
+
+    Parameters
+    ----------
+    f : callable, Tape or CompiledTape
+        The function (recorded at x on every call: hoist ``rt.grad(f)`` or
+        ``rt.compile`` out of a loop), or a tape or compiled tape to replay.
+    x : float, ndarray, tuple or pytree
+        Where to evaluate (``f(*x)`` for a tuple when f takes that many
+        arguments); the result is structured like x.
+        Without x and v (f a function): the cached transform, ``rt.hvp(f)(x, v)``.
+    v : float, ndarray, tuple or pytree
+        The direction, structured like x.
+
+    Returns
+    -------
+    ndarray (structured like x), or a cached transform
+        H(x) v; without x and v, a callable ``(x, v) -> H(x) v``.
+
+    Raises
+    ------
+    TypeError
+        x without v.
+    """
     if x is None and v is None:
         return _transform(f, "hvp", None)
     if v is None:

@@ -22,16 +22,18 @@ called from many threads at once.
 
 import copy
 import threading
-import warnings
 from collections import namedtuple
+from typing import Any, Callable, Sequence, overload
 
 import numpy as np
 
 from ..core import pytree
+from ..core.apitypes import Function, PyTree
 from ..trace.hessian import HessianTape, Parts
 from ..trace.recording import gc_paused
 from ..runtime.compiled import CompiledTape
 from ..errors import BranchChanged, InputError, StaleTape, TapeMixError
+from ..errors import warn as warn_user
 from . import forward, outputs
 from .functional import is_tracked, regroup, track_arg
 from ..trace.tape import Tape
@@ -123,7 +125,7 @@ def _hvp_runner(ctape):
 class CachedTransform:
     """The function returned by rt.jacobian(f), rt.hessian(f), rt.hvp(f), rt.jvp(f)."""
 
-    def __init__(self, fun, kind, on_stale="rerecord"):
+    def __init__(self, fun: Function, kind: str, on_stale: str = "rerecord") -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}")
         if on_stale not in ("rerecord", "raise"):
@@ -149,7 +151,9 @@ class CachedTransform:
         return f"<rt.{self.kind}({self.__name__}) cached transform>"
 
     # ------------------------------------------------ call
-    def __call__(self, x, *args, **kwargs):
+    def __call__(self, x: PyTree, *args: Any, **kwargs: Any) -> Any:
+        """The transform at x (hvp and jvp: at x along v, the next argument);
+        the other arguments are f's data."""
         v = None
         if self._takes_v:
             if not args:
@@ -260,10 +264,10 @@ class CachedTransform:
             # constants, so nothing is cached and every call records afresh
             if not self._warned_draws:
                 self._warned_draws = True
-                warnings.warn(f"{self.__name__} draws random numbers ({draws}); rt.{self.kind}"
-                              "(f) records it on every call so that each call draws afresh "
-                              "(correct, but not compiled). Pass the noise in as an argument",
-                              RandomDrawWarning, stacklevel=3)
+                warn_user(f"{self.__name__} draws random numbers ({draws}); rt.{self.kind}"
+                          "(f) records it on every call so that each call draws afresh "
+                          "(correct, but not compiled). Pass the noise in as an argument",
+                          RandomDrawWarning)
             return replay(ctape, x, v)
         make_run = self._make_run if replay is self._replay else (
             lambda ctape: lambda x, v: replay(ctape, x, v))
@@ -278,9 +282,9 @@ class CachedTransform:
             self._cache[key] = [var] + variants
             self._stats["records"] += 1
         if warn:
-            warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
-                          "(its branches keep changing); the oldest are dropped",
-                          StaleTapeWarning, stacklevel=3)
+            warn_user(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
+                      "(its branches keep changing); the oldest are dropped",
+                      StaleTapeWarning)
         return replay(ctape, x, v)
 
     def _unpacking(self, spec, x_treedef):
@@ -339,10 +343,12 @@ class CachedTransform:
     __copy__ = lambda self: self.__deepcopy__({})
 
     # ------------------------------------------------ introspection
-    def cache_info(self):
+    def cache_info(self) -> "CacheInfo":
+        """records, replays, branch_failures, stale and variants (programs kept)."""
         return CacheInfo(variants=sum(len(v) for v in self._cache.values()), **self._stats)
 
-    def clear_cache(self):
+    def clear_cache(self) -> None:
+        """Drop the recorded programs."""
         self._cache.clear()
 
 
@@ -391,13 +397,43 @@ def _flat_arg(leaves):
     return leaves[0] if len(leaves) == 1 else tuple(leaves)
 
 
-def jvp(f, primals=None, tangents=None):
+@overload
+def jvp(f: Function, primals: None = None, tangents: None = None) -> CachedTransform: ...
+@overload
+def jvp(f: Function, primals: Sequence[PyTree], tangents: Sequence[PyTree]) -> tuple[Any, Any]: ...
+
+
+def jvp(f: Function, primals: Sequence[PyTree] | None = None,
+        tangents: Sequence[PyTree] | None = None) -> CachedTransform | tuple[Any, Any]:
     """rt.jvp(f, primals, tangents) -> (f(*primals), J tangents), as jax.jvp: f
     recorded at primals and one tangent sweep in C.  rt.jvp(f) without primals
     is the cached transform: rt.jvp(f)(x, v) -> (f(x), J v).  At tracked
     primals or tangents (inside rt.grad, rt.jvp, ...) the tangent is recorded
     onto their tape, so the transforms compose to any order.  f may return a
-    pytree: the value and the tangent then have its structure."""
+    pytree: the value and the tangent then have its structure.
+
+    Parameters
+    ----------
+    f : callable
+        The function, of ``len(primals)`` positional arguments.
+    primals : tuple or list, optional
+        Where to evaluate: one float, array or pytree per argument of f.
+        Without it, the cached transform ``rt.jvp(f)(x, v)``.
+    tangents : tuple or list
+        One tangent per primal, structured like it.  Primals and tangents may
+        be tracked values themselves (nested forward and reverse modes compose).
+
+    Returns
+    -------
+    (value, tangent) or CachedTransform
+        f's value and its directional derivative J tangents (shaped like the
+        value); without primals, the cached transform.
+
+    Raises
+    ------
+    InputError
+        primals or tangents are not tuples of matching length.
+    """
     if primals is None:
         return CachedTransform(f, "jvp")
     if not isinstance(primals, (tuple, list)):
@@ -420,13 +456,27 @@ def jvp(f, primals=None, tangents=None):
     return out, (float(ydot[0]) if shape == () else ydot.reshape(shape))
 
 
-def vjp(f, *primals):
+def vjp(f: Function, *primals: PyTree) -> tuple[Any, Callable[[PyTree], tuple[Any, ...]]]:
     """rt.vjp(f, *primals) -> (f(*primals), vjp_fun), as jax.vjp: vjp_fun(w)
     returns a tuple with one cotangent per primal (shaped like it: pytrees
-    too), each call one reverse sweep in C at the recorded primals.  f may
-    return a pytree (tuple, list, dict of arrays of any shapes): then w has
-    that structure.  At tracked primals (inside another transform's
-    recording), or for a tracked w, the sweep is recorded onto their tape."""
+    too), each call one reverse sweep in C at the recorded primals.  At
+    tracked primals (inside another transform's recording), or for a tracked
+    w, the sweep is recorded onto their tape.
+
+    Parameters
+    ----------
+    f : callable
+        The function of the primals; its value may be a scalar, an array or a
+        pytree of arrays.
+    *primals : float, ndarray or pytree
+        Where to evaluate, one per positional argument of f.
+
+    Returns
+    -------
+    (value, vjp_fun)
+        f's value, and a function of a cotangent w (structured like the
+        value) returning ``w^T J``: a tuple with one cotangent per primal.
+    """
     if forward.needs_tracing(tuple(primals)):
         return forward.traced_vjp(f, tuple(primals))
     tape, layout, leaves, spec = _record_primals(f, primals)

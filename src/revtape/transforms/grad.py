@@ -35,22 +35,24 @@ import itertools
 import sys
 import threading
 import types
-import warnings
 from collections import namedtuple
 from struct import pack as _struct_pack
+from typing import Any, Sequence
 
 import numpy as np
 
 from . import draws as _draws, functional, progcache
 from ..core import ops
+from ..core.apitypes import Function, OnStale
 from .functional import _holds_tracked
 from ..trace.recording import gc_paused
 from ..runtime.compiled import CompiledTape, _check_compilable
 from ..runtime.vm import ffi as _ffi, lib as _lib
 from ..errors import (BranchChanged, InputError, PicklingError, RevtapeError, StaleTape,
                       StaleTapeWarning)
+from ..errors import warn as warn_user
 from ..trace.tape import Tape
-from ..trace.watch import RandomDrawWarning, Watcher, _user_stacklevel
+from ..trace.watch import RandomDrawWarning, Watcher
 
 MAX_VARIANTS = 8
 EAGER_RETRY = 32          # eager calls past MAX_VARIANTS before caching is tried again (doubles)
@@ -681,8 +683,10 @@ def _normalise_argnums(argnums):
 class GradFunction:
     """The function returned by rt.grad / rt.value_and_grad."""
 
-    def __init__(self, fun, argnums=0, on_stale="rerecord", with_value=False, has_aux=False, *,
-                 cache_size=DEFAULT_CACHE_SIZE, private=False):
+    def __init__(self, fun: Function, argnums: int | Sequence[int] = 0,
+                 on_stale: OnStale = "rerecord", with_value: bool = False,
+                 has_aux: bool = False, *, cache_size: int | None = DEFAULT_CACHE_SIZE,
+                 private: bool = False) -> None:
         if on_stale not in ("rerecord", "raise"):
             raise ValueError("on_stale must be 'rerecord' or 'raise'")
         if not callable(fun):
@@ -739,7 +743,9 @@ class GradFunction:
                     counts[0] = counts.get(0, 0) + counts.pop(i, 0)
 
     # ------------------------------------------------ call
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """f's gradient (``value_and_grad``: ``(value, gradient)``) at these
+        arguments: a replay of the program recorded for their structure."""
         if self._fast and len(args) == 1 and not kwargs and type(args[0]) is np.ndarray:
             a = args[0]
             key, parts, argnums = (a.shape, a.dtype), None, (0,)
@@ -925,10 +931,10 @@ class GradFunction:
             else:
                 warn = False
         if warn:
-            warnings.warn(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
-                          "(branches or redefinitions keep changing); revtape now records it on "
-                          f"every call, trying to cache it again after {entry.eager_left} calls",
-                          StaleTapeWarning, stacklevel=4)
+            warn_user(f"{self.__name__} needed more than {MAX_VARIANTS} recorded variants "
+                      "(branches or redefinitions keep changing); revtape now records it on "
+                      f"every call, trying to cache it again after {entry.eager_left} calls",
+                      StaleTapeWarning)
         return entry
 
     def _record(self, key, args, kwargs, argnums, proxy_draws=True, why=None):
@@ -1007,11 +1013,11 @@ class GradFunction:
         _draws.unswap_guards(guards)
         if guards.unwatched and not self._warned_unwatched:
             self._warned_unwatched = True
-            warnings.warn(f"{self.__name__} reads state that revtape cannot watch: "
-                          f"{guards.unwatched[0]}; a change there is not seen by the cached "
-                          f"program. Pass such values as arguments, or call "
-                          f"{self.__name__}.clear_cache() after changing them",
-                          StaleTapeWarning, stacklevel=_user_stacklevel())
+            warn_user(f"{self.__name__} reads state that revtape cannot watch: "
+                      f"{guards.unwatched[0]}; a change there is not seen by the cached "
+                      f"program. Pass such values as arguments, or call "
+                      f"{self.__name__}.clear_cache() after changing them",
+                      StaleTapeWarning)
         if draws is not None:
             draws.add_guards(guards, _snapshot)
         return self._compile_variant(entry, tape, n_diff, guards, draws, spec, parts,
@@ -1049,16 +1055,15 @@ class GradFunction:
             self._stats["records"] += 1
             warn, self._warned_draws = not self._warned_draws, True
         if warn:
-            warnings.warn(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
-                          "revtape records it on every call so that each call draws afresh "
-                          "(correct, but not compiled"
-                          + (f"; {why}" if why else "") + "). Compiled replays draw "
-                          "afresh from numpy Generators and RandomStates (and np.random.*) "
-                          "whose numbers stay on the tape: any method with plain "
-                          "parameters, normal/uniform/exponential also with tracked ones, "
-                          "integers/choice/permutation as indices of tracked or reachable "
-                          "arrays; or pass the noise in as an argument", RandomDrawWarning,
-                          stacklevel=4 if why is None else 6)
+            warn_user(f"{self.__name__} draws random numbers ({watcher.draw_report()}); "
+                      "revtape records it on every call so that each call draws afresh "
+                      "(correct, but not compiled"
+                      + (f"; {why}" if why else "") + "). Compiled replays draw "
+                      "afresh from numpy Generators and RandomStates (and np.random.*) "
+                      "whose numbers stay on the tape: any method with plain "
+                      "parameters, normal/uniform/exponential also with tracked ones, "
+                      "integers/choice/permutation as indices of tracked or reachable "
+                      "arrays; or pass the noise in as an argument", RandomDrawWarning)
         value = tape.values[tape.output_id]
         grads = tape._grads_out(tape._reverse(1.0), None)
         if isinstance(grads, tuple):
@@ -1159,7 +1164,7 @@ class GradFunction:
         return (value, g) if self.with_value else g
 
     # ------------------------------------------------ introspection
-    def cache_info(self):
+    def cache_info(self) -> "CacheInfo":
         """records, replays, branch_failures, stale, variants, eager (an input
         structure is being recorded on every call), size (cached input
         structures), maxsize (cache_size) and evictions (structures dropped as
@@ -1172,7 +1177,7 @@ class GradFunction:
                          eager=any(e.eager for e in entries), size=len(entries),
                          maxsize=self.cache_size, **stats)
 
-    def clear_cache(self):
+    def clear_cache(self) -> None:
         """Drop the recorded programs of f (shared by every rt.grad object made
         for f with the same options; a deep copy's are its own)."""
         with self._lock:
@@ -1288,16 +1293,96 @@ def _static_key(a, where="argument"):
     return (t, a)     # kept alive by the cache: its id is never reused while cached
 
 
-def grad(fun, argnums=0, on_stale="rerecord", has_aux=False, *, cache_size=DEFAULT_CACHE_SIZE):
+def grad(fun: Function, argnums: int | Sequence[int] = 0, on_stale: OnStale = "rerecord",
+         has_aux: bool = False, *, cache_size: int | None = DEFAULT_CACHE_SIZE) -> GradFunction:
     """grad(f)(x) -> gradient; recorded and compiled on the first call per input
     structure, replayed after, re-recorded when a guard fails.  The cache keeps
-    the `cache_size` most recently used input structures (None: unbounded)."""
+    the `cache_size` most recently used input structures (None: unbounded).
+
+    Parameters
+    ----------
+    fun : callable
+        The function to differentiate; it returns a scalar (with
+        ``has_aux=True``: a pair ``(scalar, aux)``).
+    argnums : int or sequence of int, default 0
+        Which positional arguments to differentiate: an int gives that
+        argument's gradient, a sequence a tuple of gradients.  Each may be a
+        float, an array or a pytree; the other arguments are data, re-read on
+        every call.
+    on_stale : {"rerecord", "raise"}, default "rerecord"
+        What a call does when a guard fails (another branch, or something f
+        read was redefined or rebound): record f again, or raise
+        ``rt.StaleTape``.
+    has_aux : bool, default False
+        f returns ``(value, aux)``; aux is returned beside the gradient, as in JAX.
+    cache_size : int or None, default 64
+        How many input structures (shapes, dtypes, pytree layouts) keep a
+        compiled program, least recently used dropped first; None: unbounded.
+
+    Returns
+    -------
+    GradFunction
+        A function of f's arguments returning f's gradient (``(gradient,
+        aux)`` with has_aux), shaped like the differentiated argument(s);
+        ``.cache_info()`` and ``.clear_cache()`` report on and drop its
+        programs.  Programs are shared process-wide by every ``rt.grad(f)``
+        with the same options, so ``rt.grad(f)(x)`` written inline in a loop
+        replays too.  Safe to call from many threads; deep-copies and pickles.
+
+    Raises
+    ------
+    InputError
+        fun is not callable, or cache_size is not a positive int or None.
+    StaleTape
+        (from a call) a guard failed under ``on_stale="raise"``.
+
+    Examples
+    --------
+    >>> import numpy as np, revtape as rt
+    >>> g = rt.grad(lambda x: np.sum(np.sin(x)))
+    >>> g(np.zeros(2))
+    array([1., 1.])
+    """
     return GradFunction(fun, argnums, on_stale, with_value=False, has_aux=has_aux,
                         cache_size=cache_size)
 
 
-def value_and_grad(fun, argnums=0, on_stale="rerecord", has_aux=False, *,
-                   cache_size=DEFAULT_CACHE_SIZE):
-    """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad."""
+def value_and_grad(fun: Function, argnums: int | Sequence[int] = 0,
+                   on_stale: OnStale = "rerecord", has_aux: bool = False, *,
+                   cache_size: int | None = DEFAULT_CACHE_SIZE) -> GradFunction:
+    """value_and_grad(f)(x) -> (value, gradient), like jax.value_and_grad.
+
+    Parameters
+    ----------
+    fun : callable
+        The function to differentiate; it returns a scalar (with
+        ``has_aux=True``: a pair ``(scalar, aux)``).
+    argnums : int or sequence of int, default 0
+        Which positional arguments to differentiate: an int gives that
+        argument's gradient, a sequence a tuple of gradients.  Each may be a
+        float, an array or a pytree; the other arguments are data, re-read on
+        every call.
+    on_stale : {"rerecord", "raise"}, default "rerecord"
+        What a call does when a guard fails (another branch, or something f
+        read was redefined or rebound): record f again, or raise
+        ``rt.StaleTape``.
+    has_aux : bool, default False
+        f returns ``(value, aux)``; aux is returned beside the gradient, as in JAX.
+    cache_size : int or None, default 64
+        How many input structures (shapes, dtypes, pytree layouts) keep a
+        compiled program, least recently used dropped first; None: unbounded.
+
+    Returns
+    -------
+    GradFunction
+        As ``rt.grad``'s, returning ``(value, gradient)`` (with has_aux:
+        ``((value, aux), gradient)``).
+
+    Examples
+    --------
+    >>> import numpy as np, revtape as rt
+    >>> rt.value_and_grad(lambda x: np.sum(x ** 2))(np.array([1.0, 2.0]))
+    (5.0, array([2., 4.]))
+    """
     return GradFunction(fun, argnums, on_stale, with_value=True, has_aux=has_aux,
                         cache_size=cache_size)

@@ -2,3 +2,5 @@
 
 from .flatten import flatten  # noqa: F401
 from .tracers import const_graph  # noqa: F401
+
+__all__ = ["flatten", "const_graph"]

@@ -2,6 +2,8 @@
 distance(x, x_prev) <= tol; differentiable in a by the implicit function
 theorem (the reverse pass iterates the adjoint fixed point), as autograd's."""
 
+from typing import Any, Callable
+
 from ...core.primitives import defvjp, primitive
 from ..tracer import isolated, make_vjp
 from ..vspace import vspace
@@ -37,5 +39,8 @@ def _vjp(ans, a, f, x0, distance, tol):
 defvjp(_fixed_point, _vjp)
 
 
-def fixed_point(f, a, x0, distance, tol):
+def fixed_point(f: Callable[[Any], Callable[[Any], Any]], a: Any, x0: Any,
+                distance: Callable[[Any, Any], Any], tol: float) -> Any:
+    """autograd's fixed_point: iterate x <- f(a)(x) from x0 until
+    distance(x, x_prev) <= tol; differentiable in a."""
     return _fixed_point(a, f, x0, distance, tol)

@@ -2,6 +2,8 @@
 as one flat vector and back.  Works inside a differentiated function: the
 vector is a tracked concatenation, unflatten slices a tracked vector."""
 
+from typing import Any, Callable
+
 import numpy as onp
 
 from ..numpy import _namespace
@@ -12,7 +14,7 @@ from ..vspace import unflatten as _tree_unflatten
 np = _namespace()
 
 
-def flatten(value):
+def flatten(value: Any) -> tuple[Any, Callable[[Any], Any]]:
     leaves, tdef = _tree_flatten(value)
     shapes = [onp.shape(v.value if getattr(v, "_is_tracked", False) else v) for v in leaves]
     scalars = [onp.ndim(v) == 0 and not isinstance(v, onp.ndarray) for v in leaves]
@@ -33,7 +35,8 @@ def flatten(value):
     return vec, unflatten
 
 
-def flatten_func(func, example):
+def flatten_func(func: Callable[..., Any], example: Any
+                 ) -> tuple[Callable[..., Any], Callable[[Any], Any], Any]:
     """(flat_func, unflatten, flat_example) for a func of a structured value."""
     _ex, unflatten = flatten(example)
 

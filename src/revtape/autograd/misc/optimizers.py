@@ -3,12 +3,14 @@ grad(x, i) -> gradient at x in iteration i, an initial x (any nested
 list/tuple/dict of arrays), an optional callback(x, i, g), and returns the
 final x in x's structure."""
 
+from typing import Any, Callable
+
 import numpy as np
 
 from .flatten import flatten
 
 
-def _flat(optimize):
+def _flat(optimize: Callable[..., Any]) -> Callable[..., Any]:
     def run(grad, x0, callback=None, *args, **kwargs):
         flat0, unflatten = flatten(x0)
 

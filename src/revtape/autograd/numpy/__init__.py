@@ -14,6 +14,7 @@ as far as revtape differentiates them, ``np.fft`` refuses tracked values
 
 import functools
 import types as _types
+from typing import Any
 
 import numpy as _onp
 
@@ -40,7 +41,8 @@ def _holds_tracked(v, depth=0):
     return False
 
 
-def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, like=None):
+def array(obj: Any, dtype: Any = None, copy: bool = True, order: str = "K",
+          subok: bool = False, ndmin: int = 0, like: Any = None) -> Any:
     """numpy.array; a (nested) list or tuple holding tracked values gives a
     tracked array whose elements' gradients flow back to them."""
     if _holds_tracked(obj):
@@ -54,7 +56,7 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, like=None
     return _onp.array(obj, dtype=dtype, copy=copy, order=order, subok=subok, ndmin=ndmin, **kw)
 
 
-def asarray(obj, dtype=None, order=None, **kwargs):
+def asarray(obj: Any, dtype: Any = None, order: str | None = None, **kwargs: Any) -> Any:
     """numpy.asarray; a tracked value is returned as is, a list holding tracked
     values stacked (as array)."""
     if _holds_tracked(obj):
@@ -62,7 +64,8 @@ def asarray(obj, dtype=None, order=None, **kwargs):
     return _onp.asarray(obj, dtype=dtype, order=order, **kwargs)
 
 
-def full(shape, fill_value, dtype=None, order="C", **kwargs):
+def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C",
+         **kwargs: Any) -> Any:
     """numpy.full; a traced fill_value gives a traced array (ones * fill_value)."""
     if _istracked(fill_value):
         return _onp.ones(shape) * fill_value
@@ -89,7 +92,7 @@ def _wrap(name, f):
 _cache = {}
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     try:
         return _cache[name]
     except KeyError:
