@@ -73,10 +73,27 @@ def nutpie_model(ld: LogDensity) -> Any:
     return _nutpie_model(ld)
 
 
-def pytensor_op(ld):
+def pytensor_op(ld: LogDensity) -> Any:
     """A PyTensor Op ``x -> logp`` for an rt.LogDensity, with its gradient Op
-    and a value-only ``perform``: ``pm.Potential("lik", pytensor_op(ld)(x))``
-    (see revtape.interop.pytensor_bridge)."""
+    and a value-only ``perform``: ``pm.Potential("lik", pytensor_op(ld)(x))``.
+
+    Parameters
+    ----------
+    ld : LogDensity
+        The log density.  The Op takes the flat unconstrained vector, or PyMC
+        variables structured like ``ld``'s x0 (when ld has no bijectors).
+
+    Returns
+    -------
+    pytensor Op
+        Its ``perform`` runs the value-only program; its ``grad`` is a gradient
+        Op (whose own ``grad`` gives Hessian-vector products).
+
+    Raises
+    ------
+    MissingPackageError
+        pytensor is not installed (``pip install "revtape[pytensor]"``).
+    """
     from .pytensor_bridge import pytensor_op as _pytensor_op
     return _pytensor_op(ld)
 

@@ -476,7 +476,23 @@ class AxisConcatenator(_AxisConcatenator):
     holding them: the result is a tracked concatenation.  numpy's own np.r_
     turns each item into a plain array with np.array, which no tracked value
     can pass (it raises ConversionError); without tracked items this one is
-    numpy's.  The matrix directives 'r' and 'c' are refused on tracked items."""
+    numpy's.  The matrix directives 'r' and 'c' are refused on tracked items.
+
+    ``rt.r_`` is ``AxisConcatenator(0)`` and ``rt.c_`` is
+    ``AxisConcatenator(-1, ndmin=2, trans1d=0)``; index them as numpy's:
+    ``rt.r_[x, 0.0, y]``, ``rt.c_[a, b]``.
+
+    Parameters
+    ----------
+    axis : int, default 0
+        The axis items are concatenated along (a string directive overrides it).
+    matrix : bool, default False
+        numpy's np.matrix mode (refused on tracked items).
+    ndmin : int, default 1
+        Each item is made at least this many dimensions.
+    trans1d : int, default -1
+        Where an upgraded 1-d item's axis goes (numpy's rule).
+    """
 
     __slots__ = ()
 
