@@ -12,7 +12,9 @@ large enough to gain (the thresholds below, measured on the bench's sizes).
 A program's path is therefore fixed when it is compiled, and the native tier
 leaves such an instruction to the VM's sweep, so every tier runs it alike.
 
-``REVTAPE_BLAS=off`` (read at each compile) marks nothing: the hand kernels.
+``REVTAPE_BLAS=off`` (read at each compile) marks nothing: the hand kernels;
+``REVTAPE_BLAS=all`` marks every size (the tests run the linear-algebra
+suites through both paths with it).
 The routines run with BLAS's own threads as the user configured them
 (OPENBLAS_NUM_THREADS for scipy's OpenBLAS); revtape sets none.
 
@@ -114,17 +116,25 @@ def held():
     return _held
 
 
-def _wanted(name):
-    return config.get("REVTAPE_BLAS") == "auto" and set(NEEDS[name]) <= held()
+def _mode(name):
+    """REVTAPE_BLAS now ("auto", "off", "all"), "off" when the VM lacks a
+    routine the instruction `name` calls."""
+    mode = config.get("REVTAPE_BLAS")
+    return mode if mode == "off" or set(NEEDS[name]) <= held() else "off"
 
 
 def matmul_word(m, k, n):
-    """MATMUL's BLAS word (its fourth int) for an m x k times k x n product."""
-    return int(n > 1 and m * k * n >= MATMUL_MIN_FLOPS and _wanted("MATMUL"))
+    """MATMUL's BLAS word (its fourth int) for an m x k times k x n product:
+    1 for BLAS.  Matrix-vector products (n == 1) keep their kernels."""
+    if n <= 1 or min(m, k) < 1:
+        return 0
+    mode = _mode("MATMUL")
+    return int(mode == "all" or (mode == "auto" and m * k * n >= MATMUL_MIN_FLOPS))
 
 
 def linalg_bit(name, n):
     """RT_LA_BLAS for a linear-algebra instruction of order n, or 0."""
-    if name not in NEEDS or n < LINALG_MIN_N.get(name, 1 << 30):
+    if name not in NEEDS or n < 1:
         return 0
-    return RT_LA_BLAS if _wanted(name) else 0
+    mode = _mode(name)
+    return RT_LA_BLAS if mode == "all" or (mode == "auto" and n >= LINALG_MIN_N[name]) else 0
