@@ -261,6 +261,33 @@ def test_native_tier_gives_the_vms_bits_on_blas_programs():
         np.testing.assert_array_equal(g1, g2)
 
 
+def test_batches_threads_and_pickles_give_the_same_bits_on_blas_programs():
+    import pickle
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((40, 20))
+
+    def f(w):
+        S = (X @ w.reshape(20, 20)).T @ X + 50 * np.eye(20)
+        return np.sum(np.linalg.solve(S + S.T, np.ones(20))) + np.sum(np.log(np.diagonal(
+            np.linalg.cholesky(S @ S.T))))
+
+    w = rng.standard_normal(400) * 0.1
+    _, ct = _compile(f, w, "all")
+    assert ct.disassemble().count("BLAS") >= 4
+    W = np.stack([w, 1.1 * w, 0.9 * w, -w])
+    one = [ct.value_and_gradient(z) for z in W]
+    for threads in (1, 2):
+        vals, grads = ct.batch_value_and_gradient(W, threads=threads)
+        for k, (v, g) in enumerate(one):
+            assert vals[k] == v
+            np.testing.assert_array_equal(grads[k], g)
+    back = pickle.loads(pickle.dumps(ct))
+    assert back.disassemble() == ct.disassemble()
+    v, g = back.value_and_gradient(w)
+    assert v == one[0][0]
+    np.testing.assert_array_equal(g, one[0][1])
+
+
 # ------------------------------------------------------------------ verifier, settings, fallback
 
 def _program_with_ints(ct, at, values):
@@ -325,6 +352,37 @@ def test_without_scipy_the_hand_kernels_run_even_for_marked_words(tmp_path):
         v1, g1 = ct.value_and_gradient(w)
         v2, g2 = crafted.value_and_gradient(w)
         assert v1 == v2 and (g1 == g2).all()
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_a_pickled_blas_program_loads_the_routines_before_it_runs(tmp_path):
+    """A process that unpickles a program marked for BLAS, before it compiled
+    anything of its own, has the routines in the VM before the first replay
+    (so no later compile changes that program's path between two replays)."""
+    import pickle
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((40, 30))
+    w = rng.standard_normal(600)
+    _, ct = _compile(lambda z: np.sum(np.tanh(X @ z.reshape(30, 20))), w, "auto")
+    assert "BLAS" in ct.disassemble()
+    path = tmp_path / "ct.pkl"
+    path.write_bytes(pickle.dumps(ct))
+    v, g = ct.value_and_gradient(w)
+    np.save(tmp_path / "w.npy", w)
+    np.save(tmp_path / "g.npy", g)
+    script = textwrap.dedent(f"""
+        import pickle, numpy as np
+        from revtape.lower import blas
+        ct = pickle.loads(open({str(path)!r}, "rb").read())
+        assert blas._held is not None and "dgemm" in blas.held()
+        v, g = ct.value_and_gradient(np.load({str(tmp_path / "w.npy")!r}))
+        assert v == {v!r}, v
+        assert (g == np.load({str(tmp_path / "g.npy")!r})).all()
         print("ok")
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -27,8 +27,11 @@ import ctypes
 import re
 import threading
 
+import numpy as np
+
 from .. import config
 from .._vm import ffi, lib
+from ..core import isa
 
 # The VM's slot numbers (csrc/vm.h: rt_blas_set), and which scipy module
 # exports each routine with which signature (scipy's typedef of double
@@ -59,6 +62,8 @@ NEEDS = {
     "EIGH": ("dsyevd", "dgemm"),
 }
 RT_LA_BLAS = 8                 # csrc/instr/linalg/linalg.h
+_MATMUL = isa.INSTRS["MATMUL"].opcode
+_LINALG = tuple(isa.INSTRS[name].opcode for name in NEEDS if name != "MATMUL")
 
 # Smallest sizes that go to BLAS: a product of M x K and K x N with
 # M*K*N >= MATMUL_MIN_FLOPS (and N > 1: the matrix-vector kernels stay), and
@@ -138,3 +143,21 @@ def linalg_bit(name, n):
         return 0
     mode = _mode(name)
     return RT_LA_BLAS if mode == "all" or (mode == "auto" and n >= LINALG_MIN_N[name]) else 0
+
+
+def load_for(code, ints):
+    """Load the routines now when a program made elsewhere (a pickle) asks
+    for them, before it is verified and run: a slot filled between two
+    replays would change a marked instruction's path between them.
+    Unchecked words are read defensively (the verifier judges them next)."""
+    if _held is not None or len(code) == 0:
+        return
+    op = np.asarray(code)[:, 0] & isa.OPCODE_MASK
+    c = np.asarray(code)[:, 5].astype(np.int64)
+    ints = np.asarray(ints)
+    for opcode, word in ((_MATMUL, 3), *((o, 2) for o in _LINALG)):
+        at = c[op == opcode] + word
+        at = at[(at >= 0) & (at < len(ints))]
+        if len(at) and np.any(ints[at] & (1 if word == 3 else RT_LA_BLAS)):
+            held()
+            return
