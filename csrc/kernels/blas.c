@@ -9,6 +9,7 @@ typedef void (*rt_dtrxm_t)(char *, char *, char *, char *, int *, int *, double 
                            int *, double *, int *);
 typedef void (*rt_dpotrf_t)(char *, int *, double *, int *, int *);
 typedef void (*rt_dgetrf_t)(int *, int *, double *, int *, int *, int *);
+typedef void (*rt_dsygst_t)(int *, char *, int *, double *, int *, double *, int *, int *);
 typedef void (*rt_dsyevd_t)(char *, char *, int *, double *, int *, double *, double *, int *,
                             int *, int *, int *);
 
@@ -89,6 +90,15 @@ int rt_blas_getrf_t(double *A, int64_t n, int *ipiv)
     ((rt_dgetrf_t)rt_blas_slots[RT_BLAS_DGETRF])(&nn, &nn, A, &nn, ipiv, &info);
     for (k = 0; k < nn; k++)
         ipiv[k] -= 1;
+    return info;
+}
+
+int rt_blas_sygst_lower(double *A, const double *L, int64_t n)
+{
+    char uplo = 'L';
+    int itype = 1, nn = (int)n, info = 0;
+    ((rt_dsygst_t)rt_blas_slots[RT_BLAS_DSYGST])(&itype, &uplo, &nn, A, &nn, (double *)L, &nn,
+                                                 &info);
     return info;
 }
 

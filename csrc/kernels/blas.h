@@ -20,7 +20,7 @@
 
 /* the slots, as rt_blas_set numbers them (vm.h) */
 enum { RT_BLAS_DGEMM = 0, RT_BLAS_DTRSM = 1, RT_BLAS_DTRMM = 2, RT_BLAS_DPOTRF = 3,
-       RT_BLAS_DGETRF = 4, RT_BLAS_DSYEVD = 5, RT_BLAS_NSLOTS = 6 };
+       RT_BLAS_DGETRF = 4, RT_BLAS_DSYEVD = 5, RT_BLAS_DSYGST = 6, RT_BLAS_NSLOTS = 7 };
 
 /* 1 when slot s holds a routine */
 int rt_blas_has(int s);
@@ -43,6 +43,9 @@ int rt_blas_potrf_lower(double *A, int64_t n);
 /* In place LU of the row-major A's transpose (LAPACK's P A^T = L U on the
  * column-major view): ipiv gets the 0-based rows swapped; LAPACK's info. */
 int rt_blas_getrf_t(double *A, int64_t n, int *ipiv);
+/* A := inv(L) A inv(L^T) on the column-major lower triangles of A and L
+ * (LAPACK's dsygst, itype 1, uplo 'L'); LAPACK's info. */
+int rt_blas_sygst_lower(double *A, const double *L, int64_t n);
 /* Eigen-decomposition of the symmetric A read from its row-major lower
  * triangle: w ascending, A overwritten by the eigenvectors as rows
  * (column-major columns).  Returns LAPACK's info, or -1000 when the work

@@ -181,6 +181,26 @@ def test_linalg_gradients_on_both_paths(name, mode):
         np.testing.assert_allclose(g[reads], want[reads], rtol=1e-9, atol=1e-11 * scale)
 
 
+def test_cholesky_level3_reverse_at_large_order():
+    """From n = 512 Cholesky's reverse is dtrmm + dsygst on reversed buffers:
+    against the hand reverse and Murray's formula in numpy."""
+    n = 520
+    A = _spd(n, 9)
+    C = np.random.default_rng(9).standard_normal((n, n))
+    f = lambda a: np.sum(C * np.linalg.cholesky(a))
+    got = {mode: _compile(f, A, mode)[1].value_and_gradient(A) for mode in ("off", "auto")}
+    L = np.linalg.cholesky(A)
+    P = np.tril(L.T @ np.tril(C))
+    P[np.diag_indices(n)] *= 0.5
+    S = sl.solve_triangular(L, sl.solve_triangular(L, P, trans="T", lower=True).T,
+                            trans="T", lower=True).T
+    want = np.tril(S + S.T)
+    want[np.diag_indices(n)] = np.diag(S)
+    for mode, (v, g) in got.items():
+        assert v == pytest.approx(np.sum(C * L), rel=1e-11)
+        np.testing.assert_allclose(g, want, rtol=1e-8, atol=1e-10 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("name", ["cholesky", "solve", "inv", "slogdet", "eigvals",
                                   "trisolve-lower"])
 def test_linalg_second_derivatives_both_paths(name):

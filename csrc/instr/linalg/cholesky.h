@@ -101,9 +101,8 @@ RT_LA_REV(CHOLESKY)
     double *S = v + rec[3];
     if (!(fl & 1))
         return;
-    if (N >= RT_CHOL_REV_BLAS_MIN && la_blas(rec, RT_BLAS_DTRSM) && rt_blas_has(RT_BLAS_DTRMM))
-        chol_reverse_blas(d + a, v + o, d + o, S, N);
-    else
+    if (!(N >= RT_CHOL_REV_BLAS_MIN && la_blas(rec, RT_BLAS_DSYGST) && rt_blas_has(RT_BLAS_DTRMM)
+          && chol_reverse_blas(d + a, v + o, d + o, S, N) == 0))
         chol_reverse(d + a, v + o, d + o, S, N);
 }
 

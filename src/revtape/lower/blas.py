@@ -36,7 +36,7 @@ from ..core import isa
 # The VM's slot numbers (csrc/vm.h: rt_blas_set), and which scipy module
 # exports each routine with which signature (scipy's typedef of double
 # written as d).
-SLOTS = ("dgemm", "dtrsm", "dtrmm", "dpotrf", "dgetrf", "dsyevd")
+SLOTS = ("dgemm", "dtrsm", "dtrmm", "dpotrf", "dgetrf", "dsyevd", "dsygst")
 _SIGNATURES = {
     "dgemm": ("blas", "void (char *, char *, int *, int *, int *, d *, d *, int *, d *, int *, "
                       "d *, d *, int *)"),
@@ -46,6 +46,7 @@ _SIGNATURES = {
                       "int *)"),
     "dpotrf": ("lapack", "void (char *, int *, d *, int *, int *)"),
     "dgetrf": ("lapack", "void (int *, int *, d *, int *, int *, int *)"),
+    "dsygst": ("lapack", "void (int *, char *, int *, d *, int *, d *, int *, int *)"),
     "dsyevd": ("lapack", "void (char *, char *, int *, d *, int *, d *, d *, int *, int *, int *, "
                          "int *)"),
 }
@@ -54,7 +55,7 @@ _SIGNATURES = {
 # csrc/instr/linalg/lapack.h); it is marked only when the VM holds them all.
 NEEDS = {
     "MATMUL": ("dgemm",),
-    "CHOLESKY": ("dpotrf", "dtrsm", "dtrmm"),
+    "CHOLESKY": ("dpotrf", "dtrmm", "dsygst"),
     "TRISOLVE": ("dtrsm", "dgemm"),
     "SOLVE": ("dgetrf", "dtrsm", "dgemm"),
     "INV": ("dgetrf", "dtrsm", "dgemm"),
