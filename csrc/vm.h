@@ -257,4 +257,13 @@ int rt_elementwise(int32_t opcode, int64_t n, const double *xs, const double *ys
  * NULL) gets the length. */
 int32_t rt_par_config(int32_t threads, int64_t min_elements, int64_t *min_out);
 
+/* BLAS and LAPACK for the large matrix instructions (csrc/kernels/blas.h):
+ * slot (0 dgemm, 1 dtrsm, 2 dtrmm, 3 dpotrf, 4 dgetrf, 5 dsyevd, 6 dsygst;
+ * rt_blas_slot_count() of them) gets fn, a routine with the LP64 Fortran
+ * signature of scipy.linalg.cython_blas / cython_lapack.  Set once per
+ * process before a program that asks for it is compiled: RT_BADARG for an
+ * unknown slot, a NULL fn, or a slot already holding another routine. */
+int rt_blas_set(int32_t slot, void *fn);
+int32_t rt_blas_slot_count(void);
+
 #endif

@@ -1,5 +1,9 @@
-/* MATMUL: ints[c..c+3) = (M, K, N); out[M*N] = a[M*K] @ b[K*N], row-major,
- * n = M*N.  out overlaps neither operand (verified).  Inner loops are
+/* MATMUL: ints[c..c+4) = (M, K, N, blas); out[M*N] = a[M*K] @ b[K*N],
+ * row-major, n = M*N.  out overlaps neither operand (verified).  blas = 1:
+ * the products run through BLAS's dgemm where the VM holds it (the
+ * compiler sets it for large products, kernels/blas.h), else through the
+ * loops below; the native tier leaves such an instruction to the VM.
+ * Inner loops are
  * contiguous so that gcc -O2 vectorises the axpy form; the matrix-vector
  * case (N == 1, logistic regression) is a dot per row with four
  * accumulators instead of N-long axpys of length 1.  Plain products, like
@@ -8,6 +12,18 @@
 
 /* a[0..K) . b[0..K) with four accumulators (kernels.h) */
 #define rt_dot4 rt_k_dot4
+
+/* 1: this instruction's products go to dgemm (only in the VM's own build) */
+#ifdef RT_VM_BLAS
+#include "kernels/blas.h"
+static inline int rt_matmul_blas(const int32_t *ints, int64_t c)
+{
+    return ints[c + 3] == 1 && ints[c] > 0 && ints[c + 1] > 0 && ints[c + 2] > 0
+           && rt_blas_has(RT_BLAS_DGEMM);
+}
+#else
+#define rt_matmul_blas(ints, c) 0
+#endif
 
 /* out += A @ B (M x K times K x N); the forward zeroes out first. */
 static inline void rt_matmul_acc(double *out, const double *A, const double *B,
@@ -33,6 +49,10 @@ RT_FWD(MATMUL)
 {
     const int64_t M = ints[c], K = ints[c + 1], N = ints[c + 2];
     int64_t i;
+    if (rt_matmul_blas(ints, c)) {
+        rt_blas_gemm(0, 0, M, N, K, 1.0, v + a, K, v + b, N, 0.0, v + o, N);
+        return;
+    }
     if (N == 1) {           /* = 0.0 + dot: a dot started at +0.0 is never -0.0 */
         rt_k_matvec(v + o, v + a, v + b, M, K);     /* kernels.c: rows split over threads */
         return;
@@ -50,6 +70,13 @@ RT_REV(MATMUL)
     const int64_t M = ints[c], K = ints[c + 1], N = ints[c + 2];
     const double *G = d + o, *A = v + a, *B = v + b;
     int64_t i, j, k;
+    if (rt_matmul_blas(ints, c)) {
+        if (fl & 1)
+            rt_blas_gemm(0, 1, M, K, N, 1.0, G, N, B, N, 1.0, d + a, K);
+        if (fl & 2)
+            rt_blas_gemm(1, 0, K, N, M, 1.0, A, K, G, N, 1.0, d + b, N);
+        return;
+    }
     if (fl & 1) {
         double *dA = d + a;
         if (N == 1) {
@@ -94,6 +121,19 @@ RT_TAN(MATMUL)
 {
     const int64_t M = ints[c], K = ints[c + 1], N = ints[c + 2];
     int64_t i;
+    if (rt_matmul_blas(ints, c)) {
+        double beta = 0.0;
+        if (fl & 1) {
+            rt_blas_gemm(0, 0, M, N, K, 1.0, t + a, K, v + b, N, 0.0, t + o, N);
+            beta = 1.0;
+        }
+        if (fl & 2)
+            rt_blas_gemm(0, 0, M, N, K, 1.0, v + a, K, t + b, N, beta, t + o, N);
+        else if (!(fl & 1))
+            for (i = 0; i < n; i++)
+                t[o + i] = 0.0;
+        return;
+    }
     for (i = 0; i < n; i++)
         t[o + i] = 0.0;
     if (fl & 1)
@@ -102,15 +142,17 @@ RT_TAN(MATMUL)
         rt_matmul_acc(t + o, v + a, t + b, M, K, N);
 }
 
-/* The shape record, and operand lengths M*K and K*N. */
+/* The shape record and its BLAS word, and operand lengths M*K and K*N. */
 RT_VERIFY_FN(MATMUL)
 {
     const rt_program *p = vc->p;
     const int64_t n = w[1], c = w[5];
     int64_t M, K, N;
-    if (!rt_vints(vc, "shape (M, K, N)", c, 3))
+    if (!rt_vints(vc, "shape (M, K, N) and BLAS word", c, 4))
         return 0;
     M = p->ints[c]; K = p->ints[c + 1]; N = p->ints[c + 2];
+    if (p->ints[c + 3] != 0 && p->ints[c + 3] != 1)
+        return rt_vfail(vc, "BLAS word %lld is neither 0 nor 1", (long long)p->ints[c + 3]);
     if (M < 0 || K < 0 || N < 0)
         return rt_vfail(vc, "negative shape (%lld, %lld, %lld)", (long long)M, (long long)K, (long long)N);
     if (M * N != n)

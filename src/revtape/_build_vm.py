@@ -17,7 +17,7 @@ HEADERS = ["vm.h", "compile/tapeflow.h"]
 # the VM first: its sweeps lead .text.hot (vm/internal.h: RT_HOT)
 SOURCES = ["vm/sweeps.c", "vm/scalar_path.c", "vm/blocks.c", "vm/verify.c", "vm/entry.c",
            "vm/hot.c", "vm/batch.c", "vm/soa.c",
-           "kernels/kernels.c", "kernels/specfun.c", "instr/linalg/linalg.c",
+           "kernels/kernels.c", "kernels/specfun.c", "kernels/blas.c", "instr/linalg/linalg.c",
            "compile/tapeflow.c", "runtime/pool.c", "runtime/par.c"]
 
 
@@ -60,7 +60,8 @@ ffibuilder.set_source(
     # a header-only change (csrc/instr/*.h, csrc/generated/ops_generated.h) rebuilds too
     depends=sorted(os.path.relpath(h) for h in CSRC.rglob("*.h")),
     extra_compile_args=["-O2", "-std=c99", "-fno-math-errno", "-D_DEFAULT_SOURCE",
-                        "-DRT_WITH_POOL"],   # kernels.c splits large arrays (par.h)
+                        "-DRT_WITH_POOL",    # kernels.c splits large arrays (par.h)
+                        "-DRT_VM_BLAS"],     # MATMUL may call BLAS (kernels/blas.h); native code never does
     libraries=["m"] + ([] if os.name == "nt" else ["pthread"]),   # pool.c
 )
 

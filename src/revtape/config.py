@@ -196,6 +196,11 @@ _DECLARED = [
             "Most threads one replay's large array instructions use (1: never split; more "
             "than 64 count as 64); read once per process, at the first rt.compile.",
             shown="the CPUs this process may use"),
+    Setting("REVTAPE_BLAS", Choice("auto", "off", "all"), "auto",
+            "Large matrix products and factorisations (matmul, cholesky, solve, inv, slogdet, "
+            "eigh, solve_triangular) call the BLAS and LAPACK scipy ships, where scipy is "
+            "installed (auto); off keeps them on revtape's own kernels; all sends every size "
+            "there (to test that path). Read at each compile: a compiled program keeps its path."),
     # ------------------------------------------------ rt.grad
     Setting("REVTAPE_PROGRAM_CACHE", Int(0), 256,
             "Functions whose recorded programs rt.grad keeps process-wide (least recently "

@@ -89,14 +89,20 @@ RT_CLONES static void chol_tangent(double *T, const double *L, const double *Ad,
 RT_LA_FWD(CHOLESKY)
 {
     const int64_t N = rec[0];
-    chol_forward(v + o, v + a, N);
+    if (la_blas(rec, RT_BLAS_DPOTRF))
+        chol_forward_blas(v + o, v + a, N);
+    else
+        chol_forward(v + o, v + a, N);
 }
 
 RT_LA_REV(CHOLESKY)
 {
     const int64_t N = rec[0];
     double *S = v + rec[3];
-    if (fl & 1)
+    if (!(fl & 1))
+        return;
+    if (!(N >= RT_CHOL_REV_BLAS_MIN && la_blas(rec, RT_BLAS_DSYGST) && rt_blas_has(RT_BLAS_DTRMM)
+          && chol_reverse_blas(d + a, v + o, d + o, S, N) == 0))
         chol_reverse(d + a, v + o, d + o, S, N);
 }
 

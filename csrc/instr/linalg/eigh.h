@@ -140,7 +140,9 @@ RT_LA_FWD(EIGH)
 {
     const int64_t N = rec[0];
     double *S = v + rec[3];
-    eigh_forward(v + o, v + a, S, S + N * N, N);
+    if (la_blas(rec, RT_BLAS_DSYEVD) && eigh_forward_blas(v + o, v + a, S, N) == 0)
+        return;
+    eigh_forward(v + o, v + a, S, S + N * N, N);   /* (also when dsyevd had no memory) */
 }
 
 RT_LA_REV(EIGH)
@@ -154,6 +156,16 @@ RT_LA_REV(EIGH)
     double *C = S, *M = S + N * N, *T = S + 2 * N * N;
     if (!(fl & 1))
         return;
+    if (la_blas(rec, RT_BLAS_DGEMM)) {
+        rt_blas_gemm(1, 0, N, N, N, 1.0, V, N, d + o + N, N, 0.0, C, N);
+        eigh_weights(M, C, w, d + o, N);
+        rt_blas_gemm(0, 0, N, N, N, 1.0, V, N, M, N, 0.0, T, N);
+        rt_blas_gemm(0, 1, N, N, N, 1.0, T, N, V, N, 0.0, C, N);     /* A-bar = V M V^T */
+        for (i = 0; i < N; i++)
+            for (k = 0; k <= i; k++)
+                d[a + i * N + k] += i == k ? C[i * N + k] : C[i * N + k] + C[k * N + i];
+        return;
+    }
     matTmul(C, V, d + o + N, N);
     eigh_weights(M, C, w, d + o, N);
     matmul_nn(T, V, M, N);              /* T = V M; A-bar = T V^T */

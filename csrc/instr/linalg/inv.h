@@ -10,9 +10,10 @@ RT_LA_FWD(INV)
 {
     const int64_t N = rec[0];
     double *S = v + rec[3];
+    const int blas = la_blas(rec, RT_BLAS_DGETRF) && rt_blas_has(RT_BLAS_DTRSM);
     memcpy(S, v + a, (size_t)(N * N) * sizeof(double));
-    lu_factor(S, S + N * N, N);
-    lu_inverse(S, S + N * N, v + o, N);
+    lu_factor_x(blas, S, S + N * N, N);
+    lu_inverse_x(blas, S, S + N * N, v + o, N);
 }
 
 RT_LA_REV(INV)
@@ -25,6 +26,11 @@ RT_LA_REV(INV)
     const double *X = v + o, *G = d + o;
     if (!(fl & 1))
         return;
+    if (la_blas(rec, RT_BLAS_DGEMM)) {
+        rt_blas_gemm(1, 0, N, N, N, 1.0, X, N, G, N, 0.0, T, N);
+        rt_blas_gemm(0, 1, N, N, N, -1.0, T, N, X, N, 1.0, d + a, N);
+        return;
+    }
     rt_lfill(T, 0.0, N * N);
     for (k = 0; k < N; k++)
         for (i = 0; i < N; i++)

@@ -11,6 +11,9 @@
  * in L2 and the flop counts are the textbook minimum (Cholesky n^3/3, its
  * reverse 2n^3/3).
  *
+ * With the flags bit RT_LA_BLAS the O(n^3) steps call LAPACK/BLAS instead
+ * (lapack.h): the same functions, other roundings.
+ *
  * Reverse-mode conventions:
  *   - CHOLESKY and EIGH read A's lower triangle only (as numpy's LAPACK
  *     calls do), so their gradients are the exact ones of that function:
@@ -65,6 +68,7 @@
 #include "instr/linalg/dense.h"
 #include "instr/linalg/tri.h"
 #include "instr/linalg/lu.h"
+#include "instr/linalg/lapack.h"
 #include "instr/linalg/cholesky.h"
 #include "instr/linalg/trisolve.h"
 #include "instr/linalg/solve.h"
@@ -126,7 +130,8 @@ int rt_linalg_lengths(int op, const int32_t *rec, int64_t n, int64_t *la, int64_
         snprintf(why, (size_t)why_len, "not a linear-algebra opcode");
         return 1;
     }
-    if (flags < 0 || flags > max_flags) {
+    if (flags < 0 || (flags & ~RT_LA_BLAS) > max_flags
+        || ((flags & RT_LA_BLAS) && (op == RT_OP_CUMSUM || op == RT_OP_CUMPROD))) {
         snprintf(why, (size_t)why_len, "bad flags %lld", (long long)flags);
         return 1;
     }

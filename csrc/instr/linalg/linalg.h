@@ -17,6 +17,8 @@
  *             each column's largest-magnitude entry positive; scratch 3 N*N
  *   CUMSUM, CUMPROD  N segments of M: out[s, :] = cumsum/cumprod(a[s, :])
  *             (numpy's sequential order; no scratch)
+ * Flags bit RT_LA_BLAS (any of them but CUMSUM/CUMPROD): the kernels call
+ * LAPACK and BLAS (instr/linalg/lapack.h) where the VM holds the routines.
  * `scratch` is an offset into the value arena owned by the instruction
  * (factorizations kept from the forward sweep for the reverse and tangent
  * sweeps, and work space); its length is given by rt_linalg_lengths.
@@ -30,6 +32,9 @@
 #define RT_TRI_LOWER 1
 #define RT_TRI_TRANS 2
 #define RT_TRI_UNIT 4
+/* flags bit: run through LAPACK/BLAS where the VM holds the routines
+ * (kernels/blas.h; set by the compiler for n >= a threshold, instr/linalg/lapack.h) */
+#define RT_LA_BLAS 8
 
 /* Lengths of operands a and b (-1: unused), the scratch offset and length,
  * from the record rec (RT_LINALG_RECORD ints) and the output length n.

@@ -15,7 +15,7 @@ RT_LA_FWD(SLOGDET)
     double sign = 1.0, logdet = 0.0;
     int64_t k;
     memcpy(S, v + a, (size_t)(N * N) * sizeof(double));
-    if (lu_factor(S, S + N * N, N)) {
+    if (lu_factor_x(la_blas(rec, RT_BLAS_DGETRF) && rt_blas_has(RT_BLAS_DTRSM), S, S + N * N, N)) {
         v[o] = 0.0;
         v[o + 1] = -INFINITY;
         return;
@@ -44,7 +44,7 @@ RT_LA_REV(SLOGDET)
     const double g = d[o + 1];
     if (!(fl & 1) || g == 0.0)
         return;
-    lu_inverse(S, S + N * N, T, N);
+    lu_inverse_x(la_blas(rec, RT_BLAS_DGETRF) && rt_blas_has(RT_BLAS_DTRSM), S, S + N * N, T, N);
     for (i = 0; i < N; i++)
         for (k = 0; k < N; k++)
             d[a + i * N + k] += g * T[k * N + i];
@@ -60,7 +60,7 @@ RT_LA_TAN(SLOGDET)
     double r = 0.0;
     t[o] = 0.0;
     if (fl & 1) {
-        lu_inverse(S, S + N * N, T, N);
+        lu_inverse_x(la_blas(rec, RT_BLAS_DGETRF) && rt_blas_has(RT_BLAS_DTRSM), S, S + N * N, T, N);
         for (i = 0; i < N; i++)
             for (k = 0; k < N; k++)
                 r += T[k * N + i] * t[a + i * N + k];

@@ -11,13 +11,14 @@ RT_LA_FWD(SOLVE)
     const int64_t N = rec[0];
     const int64_t M = rec[1];
     double *S = v + rec[3];
+    const int blas = la_blas(rec, RT_BLAS_DGETRF) && rt_blas_has(RT_BLAS_DTRSM);
     memcpy(S, v + a, (size_t)(N * N) * sizeof(double));
-    if (lu_factor(S, S + N * N, N)) {
+    if (lu_factor_x(blas, S, S + N * N, N)) {
         rt_lfill(v + o, NAN, N * M);
         return;
     }
     memcpy(v + o, v + b, (size_t)(N * M) * sizeof(double));
-    lu_solve(S, S + N * N, v + o, N, M, 0);
+    lu_solve_x(blas, S, S + N * N, v + o, N, M, 0);
 }
 
 RT_LA_REV(SOLVE)
@@ -29,14 +30,19 @@ RT_LA_REV(SOLVE)
     /* B-bar = A^-T X-bar; A-bar = -B-bar X^T */
     double *T = S + N * N + N;
     const double *X = v + o;
+    const int blas = la_blas(rec, RT_BLAS_DGETRF) && rt_blas_has(RT_BLAS_DTRSM);
     memcpy(T, d + o, (size_t)(N * M) * sizeof(double));
     if (lu_singular(S, N))
         rt_lfill(T, NAN, N * M);
     else
-        lu_solve(S, S + N * N, T, N, M, 1);
+        lu_solve_x(blas, S, S + N * N, T, N, M, 1);
     if (fl & 2)
         for (k = 0; k < N * M; k++)
             d[b + k] += T[k];
+    if ((fl & 1) && blas && rt_blas_has(RT_BLAS_DGEMM)) {
+        rt_blas_gemm(0, 1, N, N, M, -1.0, T, M, X, M, 1.0, d + a, N);
+        return;
+    }
     if (fl & 1)
         for (i = 0; i < N; i++)
             for (k = 0; k < N; k++)
@@ -52,6 +58,7 @@ RT_LA_TAN(SOLVE)
     /* X-dot = A^-1 (B-dot - A-dot X) */
     const double *X = v + o, *Ad = t + a;
     double *R = t + o;
+    const int blas = la_blas(rec, RT_BLAS_DGETRF) && rt_blas_has(RT_BLAS_DTRSM);
     if (fl & 2)
         memcpy(R, t + b, (size_t)(N * M) * sizeof(double));
     else
@@ -64,7 +71,7 @@ RT_LA_TAN(SOLVE)
     if (lu_singular(S, N))
         rt_lfill(R, NAN, N * M);
     else
-        lu_solve(S, S + N * N, R, N, M, 0);
+        lu_solve_x(blas, S, S + N * N, R, N, M, 0);
 }
 
 #endif

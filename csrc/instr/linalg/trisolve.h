@@ -23,8 +23,12 @@ RT_LA_FWD(TRISOLVE)
         return;
     }
     memcpy(v + o, v + b, (size_t)(N * M) * sizeof(double));
-    tri_solve(v + a, v + o, N, M, flags & RT_TRI_LOWER, (flags & RT_TRI_TRANS) != 0,
-              (flags & RT_TRI_UNIT) != 0);
+    if (la_blas(rec, RT_BLAS_DTRSM))
+        rt_blas_trsm(1, flags & RT_TRI_LOWER, (flags & RT_TRI_TRANS) != 0,
+                     (flags & RT_TRI_UNIT) != 0, N, M, v + a, N, v + o, M);
+    else
+        tri_solve(v + a, v + o, N, M, flags & RT_TRI_LOWER, (flags & RT_TRI_TRANS) != 0,
+                  (flags & RT_TRI_UNIT) != 0);
 }
 
 RT_LA_REV(TRISOLVE)
@@ -39,11 +43,34 @@ RT_LA_REV(TRISOLVE)
     const int lower = flags & RT_TRI_LOWER, trans = (flags & RT_TRI_TRANS) != 0;
     const int unit = (flags & RT_TRI_UNIT) != 0;
     const double *X = v + o;
+    const int blas = la_blas(rec, RT_BLAS_DTRSM);
     memcpy(S, d + o, (size_t)(N * M) * sizeof(double));
-    tri_solve(v + a, S, N, M, lower, !trans, unit);
+    if (blas)
+        rt_blas_trsm(1, lower, !trans, unit, N, M, v + a, N, S, M);
+    else
+        tri_solve(v + a, S, N, M, lower, !trans, unit);
     if (fl & 2)
         for (k = 0; k < N * M; k++)
             d[b + k] += S[k];
+    if ((fl & 1) && blas && M > 1 && rt_blas_has(RT_BLAS_DGEMM)) {
+        /* the products S X^T (X S^T transposed) by dgemm, into a work
+         * matrix; without the memory, the loops below */
+        double *P = malloc((size_t)(N * N) * sizeof(double));
+        if (P != NULL) {
+            if (trans)
+                rt_blas_gemm(0, 1, N, N, M, 1.0, X, M, S, M, 0.0, P, N);
+            else
+                rt_blas_gemm(0, 1, N, N, M, 1.0, S, M, X, M, 0.0, P, N);
+            for (i = 0; i < N; i++) {
+                const int64_t k0 = lower ? 0 : (unit ? i + 1 : i);
+                const int64_t k1 = lower ? (unit ? i : i + 1) : N;
+                for (k = k0; k < k1; k++)
+                    d[a + i * N + k] -= P[i * N + k];
+            }
+            free(P);
+            return;
+        }
+    }
     if (fl & 1)
         for (i = 0; i < N; i++) {
             /* row i of L's triangle: columns [k0, k1) */
@@ -89,7 +116,10 @@ RT_LA_TAN(TRISOLVE)
                 else
                     rt_laxpy(R + i * M, -ld, X + k * M, M);
             }
-    tri_solve(v + a, R, N, M, lower, trans, unit);
+    if (la_blas(rec, RT_BLAS_DTRSM))
+        rt_blas_trsm(1, lower, trans, unit, N, M, v + a, N, R, M);
+    else
+        tri_solve(v + a, R, N, M, lower, trans, unit);
 }
 
 #endif

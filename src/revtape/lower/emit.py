@@ -7,6 +7,7 @@ import array
 
 import numpy as np
 
+from . import blas
 from .analysis import _shp, _size
 from .optable import OPC, _VIEWS
 from ..core import ops
@@ -189,13 +190,15 @@ class Emission:
         m = 1 if len(sa) == 1 else sa[0]
         k = sa[-1]
         nn = 1 if len(sb) == 1 else sb[1]
-        self.emit("MATMUL", m * nn, o, self.offset[a], self.offset[b], self._ints([m, k, nn]),
+        self.emit("MATMUL", m * nn, o, self.offset[a], self.offset[b],
+                  self._ints([m, k, nn, blas.matmul_word(m, k, nn)]),
                   flags=flag[0] | (flag[1] << 1))
 
     def _lower_linalg(self, op, o, n, oshape, args, params, flag):
         # the row's Linalg gives the kernel's ints record (N, M, flags, scratch):
         # see csrc/instr/linalg/linalg.h; the scratch lives in the arena
         N, M, bits, scratch = op.linalg.ints([_shp(self.vals[a]) for a in args], params)
+        bits |= blas.linalg_bit(op.name.upper(), N)
         s = 0 if scratch is None else self._alloc(scratch)
         b = self.offset[args[1]] if len(args) > 1 else 0
         self.emit(op.name.upper(), n, o, self.offset[args[0]], b, self._ints([N, M, bits, s]),

@@ -42,7 +42,7 @@ from ..core import isa
 from ..core.apitypes import NativeMode, NDArray
 from ..core import primitives as _prim
 from ..errors import InputError, OutputError
-from ..lower import compiler
+from ..lower import blas, compiler
 from ..trace.hessian import HessianTape
 from ..trace.tape import NULL_TAPE, Tape
 
@@ -126,6 +126,7 @@ class CompiledTape(Replay, Sweeps, Plumbing, Batches, Binding, NativeHandoff):
         # (no reference cycle).
         self._table = self._ws = self._ws_handle = None
         self._init_batches()
+        blas.load_for(self._code, self._ints)     # a pickle's BLAS marks: the routines first
         verify(p, "the C verifier refused this program (it was not run): ")
         if prog.callbacks:           # decoded from the words the verifier accepted
             self._table = _prim.CallbackTable(prog, self._code, self._ints)

@@ -37,8 +37,8 @@ def _operands(prog, ints, ins, n, a, b, c):
     if ins.fmt == "linalg":
         nn, mm, bits, scratch = ints[c:c + 4].tolist()
         return (f"@{a}" + (f", @{b}" if ins.name in ("TRISOLVE", "SOLVE") else "")
-                + f"  N={nn} M={mm}" + (f" flags={bits:03b}" if bits else "")
-                + f" scratch @{scratch}")
+                + f"  N={nn} M={mm}" + (f" flags={bits & 7:03b}" if bits & 7 else "")
+                + f" scratch @{scratch}" + ("  BLAS" if bits & 8 else ""))
     if ins.fmt == "pycall":
         site = prog.callbacks[a]
         args = ints[c:c + 3 * b].reshape(-1, 3).tolist() if b else []
@@ -46,6 +46,7 @@ def _operands(prog, ints, ins, n, a, b, c):
                 + "  ; calls back into Python")
     if ins.fmt:
         head = ints[c:c + 3].tolist() if ins.c == "ints" else []
-        return ins.fmt.format(n=n, a=a, b=b, c=c, c2=c + 2, ints3=head,
+        text = ins.fmt.format(n=n, a=a, b=b, c=c, c2=c + 2, ints3=head,
                               ints0=head[0] if head else None)
+        return text + ("  BLAS" if ins.name == "MATMUL" and ints[c + 3] else "")
     return ", ".join(f"@{v}" for v in (a, b, c)[:ins.arity])

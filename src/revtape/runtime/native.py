@@ -232,6 +232,7 @@ def _fwd(name, n, o, a, b, c, ints, pc=0):
         return (f"{{ const double t = v[{b}]; int64_t i; for (i = 0; i < {n}; i++) "
                 f"{{ const double prod = t * v[{ints[c]} + i]; "
                 f"v[{o} + i] = v[{a} + ints[{c + 2} + i]] + prod; }} }}")
+    _blas_to_vm(name, c, ints)
     return _hand("fwd", name, 0, n, o, a, b, c)
 
 
@@ -309,6 +310,7 @@ def _rev(name, fl, n, o, a, b, c, ints):
                 + (f" sb += g * v[{z} + i];" if fl & 2 else "")
                 + (f" d[{z} + i] += g * t;" if fl & 4 else "")
                 + " } }" + (f" d[{b}] += sb;" if fl & 2 else "") + " }")
+    _blas_to_vm(name, c, ints)
     return _hand("rev", name, fl, n, o, a, b, c)
 
 
@@ -1013,6 +1015,14 @@ def _tan_indexed(name, n, o, a, c, ints):
     return " ".join(f"t[{o + k}] += t[{a + i}];" for i, k in enumerate(idx))   # SCATTER_ADD
 
 
+def _blas_to_vm(name, c, ints):
+    """A MATMUL whose BLAS word is set (or unknown) runs on the VM's sweep:
+    the VM holds BLAS's routines, a native library does not, and the VM's
+    bits are the native tier's by construction (lower/blas.py)."""
+    if name == "MATMUL" and (ints is None or ints[c + 3]):
+        raise _VM(name)
+
+
 def _hand(sweep, name, fl, n, o, a, b, c):
     """Any other hand instruction (reductions, MATMUL, GATHER_IDX ...): a call
     of its own static inline kernel from csrc/instr/, as csrc/vm/sweeps.c's FWD_HAND /
@@ -1062,6 +1072,7 @@ def _tan(name, fl, n, o, a, b, c, ints=None):
         return f"{{ double r = {f't[{a}]' if fl & 1 else '0.0'};{terms} t[{o}] = r; }}"
     if ints is not None and name in ("GATHER", "SCATTER", "SCATTER_ADD") and n <= _TAN_UNROLL:
         return _tan_indexed(name, n, o, a, c, ints)
+    _blas_to_vm(name, c, ints)
     return _hand("tan", name, fl, n, o, a, b, c)
 
 
