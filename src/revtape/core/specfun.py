@@ -198,3 +198,16 @@ def logsumexp(x, axis=None, keepdims=False):
         if not keepdims:
             out = np.squeeze(out, axis=axis)
     return np.asarray(out, dtype=np.float64)[()]
+
+
+def gammasgn(x):
+    """The sign of Gamma(x), as csrc/kernels/specfun.c's rt_gammasgn: nan at
+    nan, -inf and the negative integers; +-1 at +-0."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        fl = np.floor(x)
+        neg = np.where(np.fmod(fl, 2.0) == 0.0, 1.0, -1.0)
+        out = np.where(x > 0.0, 1.0, np.where(x == fl, np.nan, neg))
+        out = np.where(x == 0.0, np.copysign(1.0, x), out)
+        out = np.where(np.isnan(x) | (x == -np.inf), np.nan, out)
+    return out[()]

@@ -36,10 +36,14 @@ psi = digamma   # noqa: F821 (a row, bound by the loop above)
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
-    """scipy.special.logsumexp; on tracked values one REDUCE instruction (b= and
-    return_sign= are refused there)."""
+    """scipy.special.logsumexp; on tracked values one REDUCE instruction, or,
+    with b= or return_sign=, log|sum(b exp(a - m))| + m with the maximum m
+    held constant (the value does not depend on it, so neither does any
+    derivative) and the sign of the sum returned as scipy does."""
     if istracked(a) or istracked(b):
-        return _tracked_logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
+        if b is None and not return_sign:
+            return _tracked_logsumexp(a, axis=axis, keepdims=keepdims)
+        return _weighted_logsumexp(a, axis, b, keepdims, return_sign)
     sps = lazyscipy.special()
     if sps is not None:
         return sps.logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
@@ -47,6 +51,104 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
         raise UnsupportedError("logsumexp(b=..., return_sign=...) needs scipy installed")
     from ..core import specfun as _specfun
     return _specfun.logsumexp(a, axis=axis, keepdims=keepdims)
+
+
+def _weighted_logsumexp(a, axis, b, keepdims, return_sign):
+    if b is not None:
+        # broadcast both (adding plain zeros: no value changes)
+        z = np.zeros(np.broadcast_shapes(np.shape(_value(a)), np.shape(_value(b))))
+        a, b = a + z, b + z
+    av = np.asarray(_value(a))
+    if av.size == 0:
+        m = 0.0
+    else:
+        # scipy's shift: the maximum of a where b != 0, 0 where that is not
+        # finite; recorded (each replay shifts by its own maximum) but held
+        # constant: the value does not depend on it
+        top = np.max(a if b is None else P.where(P.ne(b, 0.0), a, -np.inf),
+                     axis=axis, keepdims=True)
+        m = P.stop_gradient(P.where(P.lt(P.abs(top), np.inf), top, 0.0))
+    e = np.exp(a - m)
+    s = np.sum(e if b is None else b * e, axis=axis, keepdims=True)
+    if return_sign:
+        out = np.log(np.abs(s)) + m
+        sgn = P.sign(s)
+    else:
+        out = np.log(s) + m            # nan for a negative sum, as scipy
+    if not keepdims:
+        ax = tuple(range(np.ndim(av))) if axis is None else axis
+        out = np.squeeze(out, axis=ax)
+        if return_sign:
+            sgn = np.squeeze(sgn, axis=ax)
+    return (out, sgn) if return_sign else out
+
+
+# Gamma and Bessel functions: one row each (jn, yn, iv, ive differentiable in
+# x only: the order must be a plain number; jn and yn integer orders) and
+# compositions that are exact: i0 = i0e exp|x|, erfcinv(y) = -ndtri(y/2)/sqrt 2,
+# beta = sign * exp(betaln).
+def _order_in_x(name, integer):
+    row = getattr(P, name)
+
+    def f(v, x):
+        if istracked(v):
+            raise UnsupportedError(
+                f"scipy.special.{name}(v, x) on tracked values is differentiable in x only: "
+                "the derivative with respect to the order is not implemented; pass the order "
+                "as a plain number or array")
+        if not istracked(x):
+            sps = lazyscipy.special()
+            return getattr(sps, name)(v, x) if sps is not None else row(v, x)
+        vv = np.asarray(v, dtype=np.float64)
+        if not np.all(np.isfinite(vv)):
+            raise UnsupportedError(f"scipy.special.{name} on tracked values takes finite orders")
+        if integer and np.any((vv != np.round(vv)) | (np.abs(vv) > 1e6)):
+            raise UnsupportedError(
+                f"scipy.special.{name} on tracked values takes integer orders only (scipy's jn "
+                "is jv, Bessel's function of a real order: not implemented)")
+        return row(v, x)
+    f.__name__ = name
+    f.__doc__ = (f"scipy.special.{name}(v, x): differentiable in x only (a tracked order "
+                 "raises UnsupportedError)" + (", integer orders." if integer else "."))
+    return f
+
+
+jn = _order_in_x("jn", True)
+yn = _order_in_x("yn", True)
+iv = _order_in_x("iv", False)
+ive = _order_in_x("ive", False)
+
+
+def i0(x):
+    """scipy.special.i0: i0e(x) exp(|x|)."""
+    return P.mul(P.i0e(x), P.exp(P.abs(x)))
+
+
+def i1(x):
+    """scipy.special.i1: i1e(x) exp(|x|)."""
+    return P.mul(P.i1e(x), P.exp(P.abs(x)))
+
+
+def erfcinv(y):
+    """scipy.special.erfcinv: -ndtri(y/2) / sqrt(2) (erfc(z) = 2 ndtr(-z sqrt 2));
+    y/2 is exact, so this is as accurate as ndtri."""
+    return P.mul(P.ndtri(P.mul(y, 0.5)), -math.sqrt(0.5))
+
+
+def beta(a, b):
+    """scipy.special.beta: the sign of Gamma(a) Gamma(b) / Gamma(a + b) times
+    exp(betaln(a, b)); betaln is one row, accurate where the gammas cancel."""
+    sgn = P.mul(P.mul(P.gammasgn(a), P.gammasgn(b)), P.gammasgn(P.add(a, b)))
+    return P.mul(sgn, P.exp(P.betaln(a, b)))
+
+
+def _register_ufuncs(sps):
+    from .functions import _UFUNC_SPECIAL
+    _UFUNC_SPECIAL.update({sps.jn: jn, sps.yn: yn, sps.iv: iv, sps.ive: ive, sps.i0: i0,
+                           sps.i1: i1, sps.erfcinv: erfcinv, sps.beta: beta})
+
+
+lazyscipy.when_imported("scipy.special", _register_ufuncs)
 
 
 # Regularised incomplete gamma functions, differentiable in x only (a
@@ -113,4 +215,4 @@ DROP_INS["scipy.special"] = lambda name, dist: (
     f"rt.special.{name}" if callable(globals().get(name)) else None)
 
 __all__ = list(SPECIAL_ROWS) + ["psi", "logsumexp", "polygamma", "softmax", "log_softmax",
-                                 "multigammaln"]
+                                 "multigammaln", "i0", "i1", "erfcinv", "beta"]
