@@ -21,7 +21,8 @@ import numpy as np
 from . import scipy_dispatch as _scipy_dispatch
 from ..errors import UnsupportedError
 from ..core import lazyscipy
-from ..core.ops import P, SPECIAL_ROWS
+from ..core.ops import P, SPECIAL_ROWS, unbroadcast as _unbroadcast
+from ..core.primitives import defjvp as _defjvp, defvjp as _defvjp, primitive as _primitive
 from .functions import _polygamma
 from ..trace.tracked import DROP_INS, istracked
 from ..trace.tracked import value as _value
@@ -144,11 +145,51 @@ def beta(a, b):
 
 def _register_ufuncs(sps):
     from .functions import _UFUNC_SPECIAL
-    _UFUNC_SPECIAL.update({sps.jn: jn, sps.yn: yn, sps.iv: iv, sps.ive: ive, sps.i0: i0,
+    _UFUNC_SPECIAL.update({sps.betainc: betainc, sps.jn: jn, sps.yn: yn, sps.iv: iv, sps.ive: ive, sps.i0: i0,
                            sps.i1: i1, sps.erfcinv: erfcinv, sps.beta: beta})
 
 
-lazyscipy.when_imported("scipy.special", _register_ufuncs)
+# The regularised incomplete beta function I_x(a, b): one call of a Python
+# primitive (the VM calls back for it: the op table has no three-operand
+# elementwise family), differentiable in x, dI/dx = x^(a-1) (1-x)^(b-1) / B(a, b)
+# written with rows, so that it traces for Hessians; a and b must be plain.
+@_primitive
+def _betainc_prim(a, b, x):
+    sps = lazyscipy.special()
+    if sps is not None:
+        return np.asarray(sps.betainc(a, b, x), dtype=np.float64)[()]
+    from ..core import specfun as _specfun
+    return _specfun.betainc(a, b, x)
+
+
+def _betainc_dx(a, b, x):
+    return P.exp(P.sub(P.add(P.xlogy(P.sub(a, 1.0), x), P.xlog1py(P.sub(b, 1.0), P.neg(x))),
+                       P.betaln(a, b)))
+
+
+def _betainc_vjp(ans, a, b, x):
+    return lambda g: _unbroadcast(P.mul(g, _betainc_dx(a, b, x)), np.shape(_value(x)))
+
+
+_defvjp(_betainc_prim, None, None, _betainc_vjp)
+_defjvp(_betainc_prim, None, None, lambda g, ans, a, b, x: P.mul(g, _betainc_dx(a, b, x)))
+
+
+def betainc(a, b, x):
+    """scipy.special.betainc(a, b, x): differentiable in x only (a tracked a or
+    b raises UnsupportedError); nan outside 0 <= x <= 1, as scipy."""
+    if istracked(a) or istracked(b):
+        raise UnsupportedError(
+            "scipy.special.betainc(a, b, x) on tracked values is differentiable in x only: "
+            "the derivative with respect to a and b is not implemented; pass them as plain "
+            "numbers or arrays")
+    if not istracked(x):
+        return _betainc_prim(a, b, x)
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    shape = np.broadcast_shapes(a.shape, b.shape, np.shape(_value(x)))
+    if np.shape(_value(x)) != shape:
+        x = x + np.zeros(shape)
+    return _betainc_prim(a, b, x)
 
 
 # Regularised incomplete gamma functions, differentiable in x only (a
@@ -211,8 +252,9 @@ def polygamma(n, x):
 SCIPY_ROUTED = {"logsumexp": logsumexp, "polygamma": polygamma, "softmax": softmax,
                 "log_softmax": log_softmax, "multigammaln": multigammaln}
 lazyscipy.when_imported("scipy.special", lambda sps: _scipy_dispatch.route(sps, SCIPY_ROUTED))
+lazyscipy.when_imported("scipy.special", _register_ufuncs)
 DROP_INS["scipy.special"] = lambda name, dist: (
     f"rt.special.{name}" if callable(globals().get(name)) else None)
 
 __all__ = list(SPECIAL_ROWS) + ["psi", "logsumexp", "polygamma", "softmax", "log_softmax",
-                                 "multigammaln", "i0", "i1", "erfcinv", "beta"]
+                                 "multigammaln", "i0", "i1", "erfcinv", "beta", "betainc"]
