@@ -310,17 +310,15 @@ class _T(_Dist):
         return _result(lp, None, _or(_bad_scale(scale), _le(df, 0.0)), _shape(x, df, loc, scale))
 
     def logcdf(self, x, df, loc=0.0, scale=1.0):
-        """log of I_(df/(df+z^2))(df/2, 1/2) / 2 below the centre and of 1 minus
-        that above (scipy's formula, stdtr); differentiable in x, loc and scale."""
+        """log stdtr(df, z) below the centre, log1p(-stdtr(df, -z)) above (the
+        upper tail without cancellation); differentiable in x, loc and scale."""
         if istracked(df):
             raise UnsupportedError(
                 "rt.stats.t.logcdf/logsf are differentiable in x, loc and scale only: the "
                 "derivative of the incomplete beta function with respect to df is not "
                 "implemented; pass df as a plain number or array (logpdf has every gradient)")
         z = _standardize(x, loc, scale)
-        z2 = np.square(z)
-        tail = 0.5 * _sp.betainc(0.5 * df, 0.5, df / (df + z2))
-        # z = +-inf: df/(df + inf) = 0, the tail is 0 -- no special case needed
+        tail = _sp.stdtr(df, _select(_gt(z, 0.0), -z, z))   # (not -|z|: its slope at 0 is 0)
         lp = _select(_gt(z, 0.0), np.log1p(-tail), np.log(tail))
         return _result(lp, None, _or(_bad_scale(scale), _le(df, 0.0)), _shape(x, df, loc, scale))
 

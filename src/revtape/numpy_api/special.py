@@ -145,7 +145,7 @@ def beta(a, b):
 
 def _register_ufuncs(sps):
     from .functions import _UFUNC_SPECIAL
-    _UFUNC_SPECIAL.update({sps.betainc: betainc, sps.jn: jn, sps.yn: yn, sps.iv: iv, sps.ive: ive, sps.i0: i0,
+    _UFUNC_SPECIAL.update({sps.betainc: betainc, sps.stdtr: stdtr, sps.jn: jn, sps.yn: yn, sps.iv: iv, sps.ive: ive, sps.i0: i0,
                            sps.i1: i1, sps.erfcinv: erfcinv, sps.beta: beta})
 
 
@@ -190,6 +190,50 @@ def betainc(a, b, x):
     if np.shape(_value(x)) != shape:
         x = x + np.zeros(shape)
     return _betainc_prim(a, b, x)
+
+
+# Student's t distribution function (scipy.special.stdtr(df, t)): a primitive
+# like betainc, differentiable in t, whose derivative is the t density -- a
+# smooth function of t everywhere, where the chain rule through
+# betainc(df/2, 1/2, df/(df + t^2)) would meet 0 * inf at t = 0.
+@_primitive
+def _stdtr_prim(df, t):
+    sps = lazyscipy.special()
+    if sps is not None:
+        return np.asarray(sps.stdtr(df, t), dtype=np.float64)[()]
+    from ..core import specfun as _specfun
+    df, t = np.asarray(df, dtype=np.float64), np.asarray(t, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        tail = 0.5 * _specfun.betainc(0.5 * df, 0.5, df / (df + t * t))
+        return np.where(t > 0, 1.0 - tail, tail)[()]
+
+
+def _stdtr_dt(df, t):
+    # the t density: Gamma((df+1)/2) / (sqrt(df pi) Gamma(df/2)) (1 + t^2/df)^-((df+1)/2)
+    half = P.mul(df, 0.5)
+    logc = P.sub(P.neg(P.betaln(half, 0.5)), P.mul(0.5, P.log(df)))
+    return P.exp(P.sub(logc, P.mul(P.add(half, 0.5), P.log1p(P.div(P.square(t), df)))))
+
+
+_defvjp(_stdtr_prim, None, lambda ans, df, t: lambda g: _unbroadcast(
+    P.mul(g, _stdtr_dt(df, t)), np.shape(_value(t))))
+_defjvp(_stdtr_prim, None, lambda g, ans, df, t: P.mul(g, _stdtr_dt(df, t)))
+
+
+def stdtr(df, t):
+    """scipy.special.stdtr(df, t), Student's t distribution function:
+    differentiable in t only (a tracked df raises UnsupportedError)."""
+    if istracked(df):
+        raise UnsupportedError(
+            "scipy.special.stdtr(df, t) on tracked values is differentiable in t only: the "
+            "derivative with respect to df is not implemented; pass df as a plain number or array")
+    if not istracked(t):
+        return _stdtr_prim(df, t)
+    df = np.asarray(df, dtype=np.float64)
+    shape = np.broadcast_shapes(df.shape, np.shape(_value(t)))
+    if np.shape(_value(t)) != shape:
+        t = t + np.zeros(shape)
+    return _stdtr_prim(df, t)
 
 
 # Regularised incomplete gamma functions, differentiable in x only (a
@@ -257,4 +301,4 @@ DROP_INS["scipy.special"] = lambda name, dist: (
     f"rt.special.{name}" if callable(globals().get(name)) else None)
 
 __all__ = list(SPECIAL_ROWS) + ["psi", "logsumexp", "polygamma", "softmax", "log_softmax",
-                                 "multigammaln", "i0", "i1", "erfcinv", "beta", "betainc"]
+                                 "multigammaln", "i0", "i1", "erfcinv", "beta", "betainc", "stdtr"]
