@@ -797,6 +797,12 @@ def test_pinv(shape, rng):
     R = np.outer(rng.normal(size=4), rng.normal(size=3))
     np.testing.assert_allclose(rt.value(np.linalg.pinv(rt.Tape().track(R))), np.linalg.pinv(R),
                                rtol=1e-10, atol=1e-12)
+    # the cutoff is evaluated at each replay: a program recorded at a full-rank
+    # matrix gives numpy's pinv at a rank-deficient one
+    jt = rt.JacobianTape(np.linalg.pinv, rng.normal(size=(4, 3)))
+    np.testing.assert_allclose(rt.compile(jt).forward(R), np.linalg.pinv(R), rtol=1e-10,
+                               atol=1e-12)
+    np.testing.assert_allclose(jt.forward(R), np.linalg.pinv(R), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("n", [-3, -1, 0, 1, 2, 5])

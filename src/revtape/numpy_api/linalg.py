@@ -48,8 +48,8 @@ def _shape(x):
 def _square(name, a):
     s = _shape(a)
     if len(s) > 2 and s[-1] == s[-2]:
-        raise UnsupportedError(f"{name} of a batch of matrices (shape {s}) is not supported "
-                               "here; the public functions loop over the leading axes")
+        raise UnsupportedError(f"{name} of a batch of matrices (shape {s}) is not supported on "
+                               "tracked values; loop over the leading axes")
     if len(s) != 2 or s[0] != s[1]:
         raise LinAlgShapeError(f"{name} needs a square 2-D matrix, got shape {s}")
     return s[0]
@@ -329,7 +329,8 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=None):
     if _is_batch(a):
         return _batched(lambda x: pinv(x, cut), (a,), (2,))
     u, s, vt = svd(a, full_matrices=False)
-    keep = np.asarray(_value_of(s)) > cut * np.max(np.asarray(_value_of(s)), initial=0.0)
+    # the cutoff is recorded (a replay at another matrix applies its own)
+    keep = P.gt(s, P.mul(cut, _api.reduce("max", s, None)))
     sinv = P.where(keep, P.reciprocal(P.where(keep, s, 1.0)), 0.0)
     return matmul(np.transpose(vt) * np.reshape(sinv, (1, -1)), np.transpose(u))
 
