@@ -49,7 +49,11 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     if sps is not None:
         return sps.logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
     if b is not None or return_sign:
-        raise UnsupportedError("logsumexp(b=..., return_sign=...) needs scipy installed")
+        with np.errstate(all="ignore"):
+            out = _weighted_logsumexp(np.asarray(a, dtype=np.float64), axis,
+                                      None if b is None else np.asarray(b, dtype=np.float64),
+                                      keepdims, return_sign)
+        return out
     from ..core import specfun as _specfun
     return _specfun.logsumexp(a, axis=axis, keepdims=keepdims)
 
