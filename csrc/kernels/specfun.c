@@ -607,7 +607,7 @@ double rt_gammainc_dx(double a, double x)
 }
 
 /* ---------------------------------------------------------------- gamma and Bessel functions
- * scipy.special's values at the edges (checked by tests/numpy_api/test_special_more.py):
+ * scipy.special's values at the edges (checked by tests/numpy_api/test_special.py):
  * gamma: +-inf at +-0, nan at negative integers and -inf (C99 tgamma agrees);
  * rgamma = 1/gamma: 0 at the poles and both infinities; gammasgn: the sign of
  * gamma, nan at its poles below zero. */

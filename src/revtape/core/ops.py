@@ -430,7 +430,7 @@ _unary("i1e", _scipy_special("i1e"), "rt_i1e(x)",
        "x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f", special="i1e")
 
 
-# Third wave: gamma and Bessel functions (csrc/kernels/specfun.c; scipy's
+# Gamma and Bessel functions (csrc/kernels/specfun.c; scipy's
 # values at poles and infinities).  gamma' = gamma psi, rgamma' = -rgamma psi;
 # J0' = -J1, Y0' = -Y1, J1' = J0 - J1/x (1/2 at 0), Y1' = Y0 - Y1/x.
 _unary("gamma", _scipy_special("gamma"), "rt_gamma(x)",
