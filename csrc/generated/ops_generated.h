@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "69bd0980c2b99e15"
+#define RT_OP_TABLE_HASH "14b40db165067b07"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -219,7 +219,7 @@
     X(I0E, (rt_i0e(x)), (rt_i1e(x) - (double)((x > 0) - (x < 0)) * f)) \
     X(I1E, (rt_i1e(x)), (x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f)) \
     X(GAMMA, (rt_gamma(x)), (f * rt_digamma(x))) \
-    X(RGAMMA, (rt_rgamma(x)), (-f * rt_digamma(x))) \
+    X(RGAMMA, (rt_rgamma(x)), (x <= 0.0 ? rt_gamma(1.0 - x) * (cos(3.14159265358979323846 * x) - rt_digamma(1.0 - x) * sin(3.14159265358979323846 * x) / 3.14159265358979323846) : -f * rt_digamma(x))) \
     X(J0, (rt_j0(x)), (-rt_j1(x))) \
     X(J1, (rt_j1(x)), (x == 0.0 ? 0.5 : rt_j0(x) - f / x)) \
     X(Y0, (rt_y0(x)), (-rt_y1(x))) \

@@ -430,13 +430,26 @@ _unary("i1e", _scipy_special("i1e"), "rt_i1e(x)",
        "x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f", special="i1e")
 
 
+def _rgamma_partial(f, x):
+    # 1/Gamma is entire: for x <= 0, where -rgamma psi is 0 * inf at the poles,
+    # the derivative of its reflection Gamma(1-x) sin(pi x)/pi, which is
+    # (-1)^n n! at x = -n and differentiates on (the second derivative too)
+    neg = P.le(x, 0.0)
+    y = P.sub(1.0, P.where(neg, x, 0.0))
+    px = P.mul(math.pi, x)
+    refl = P.mul(P.gamma(y), P.sub(P.cos(px), P.mul(P.digamma(y), P.div(P.sin(px), math.pi))))
+    return P.where(neg, refl, P.neg(P.mul(f, P.digamma(P.where(neg, 1.0, x)))))
+
+
 # Gamma and Bessel functions (csrc/kernels/specfun.c; scipy's
 # values at poles and infinities).  gamma' = gamma psi, rgamma' = -rgamma psi;
 # J0' = -J1, Y0' = -Y1, J1' = J0 - J1/x (1/2 at 0), Y1' = Y0 - Y1/x.
 _unary("gamma", _scipy_special("gamma"), "rt_gamma(x)",
        lambda f, x: P.mul(f, P.digamma(x)), "f * rt_digamma(x)", special="gamma")
-_unary("rgamma", _scipy_special("rgamma"), "rt_rgamma(x)",
-       lambda f, x: P.neg(P.mul(f, P.digamma(x))), "-f * rt_digamma(x)", special="rgamma")
+_unary("rgamma", _scipy_special("rgamma"), "rt_rgamma(x)", _rgamma_partial,
+       "x <= 0.0 ? rt_gamma(1.0 - x) * (cos(3.14159265358979323846 * x) - rt_digamma(1.0 - x)"
+       " * sin(3.14159265358979323846 * x) / 3.14159265358979323846) : -f * rt_digamma(x)",
+       special="rgamma")
 _unary("j0", _scipy_special("j0"), "rt_j0(x)", lambda f, x: P.neg(P.j1(x)), "-rt_j1(x)",
        special="j0")
 _unary("j1", _scipy_special("j1"), "rt_j1(x)",
