@@ -347,6 +347,15 @@ if sps is not None:
         "log_expit": (sps.log_expit, lambda x: sps.expit(-x), lambda r, s: uniform(r, s, -4, 4)),
         "erf": (sps.erf, lambda x: 2 / math.sqrt(math.pi) * np.exp(-x ** 2),
                 lambda r, s: uniform(r, s, -2, 2)),
+        "gamma": (sps.gamma, lambda x: sps.gamma(x) * sps.digamma(x),
+                  lambda r, s: uniform(r, s, 0.3, 4)),
+        "rgamma": (sps.rgamma, lambda x: -sps.rgamma(x) * sps.digamma(x),
+                   lambda r, s: uniform(r, s, 0.3, 4)),
+        "j0": (sps.j0, lambda x: -sps.j1(x), lambda r, s: uniform(r, s, 0.2, 10)),
+        "j1": (sps.j1, lambda x: 0.5 * (sps.j0(x) - sps.jv(2, x)), lambda r, s: uniform(r, s, -5, 10)),
+        "y0": (sps.y0, lambda x: -sps.y1(x), lambda r, s: uniform(r, s, 0.5, 10)),
+        "y1": (sps.y1, lambda x: 0.5 * (sps.y0(x) - sps.yn(2, x)),
+               lambda r, s: uniform(r, s, 0.5, 10)),
     })
 
 

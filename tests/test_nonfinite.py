@@ -58,9 +58,9 @@ UNARY = {**{name: _as_users_call_it(op) for name, op in ROWS.items()
             if op.family in (ops.UNARY, ops.UNARY_ND)}, **COMPOSITE_UNARY}
 BINARY = {**{name: _as_users_call_it(op) for name, op in ROWS.items()
              if op.family in (ops.BINARY, ops.BINARY_ND)}, **COMPOSITE_BINARY}
-# Differentiable in x only (a tracked shape a is refused): a runs over the
+# Differentiable in x only (a tracked shape or order is refused): it runs over the
 # special values as a constant.
-CONSTANT_FIRST = {"gammainc", "gammaincc"}
+CONSTANT_FIRST = {"gammainc", "gammaincc", "jn", "yn", "iv", "ive"}
 
 # The reductions are hand kernels, not elementwise rows: each is added here by hand.
 REDUCTIONS = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod, "mean": np.mean,

@@ -2,7 +2,7 @@
 #ifndef REVTAPE_OPS_GENERATED_H
 #define REVTAPE_OPS_GENERATED_H
 
-#define RT_OP_TABLE_HASH "c6ff9e3dccbb532d"
+#define RT_OP_TABLE_HASH "12693024b13557c7"
 
 /* Every opcode, in order: X(NAME) */
 #define RT_OPCODES(X) \
@@ -45,6 +45,12 @@
     X(LOGIT) \
     X(I0E) \
     X(I1E) \
+    X(GAMMA) \
+    X(RGAMMA) \
+    X(J0) \
+    X(J1) \
+    X(Y0) \
+    X(Y1) \
     X(ADD_VV) \
     X(ADD_VS) \
     X(ADD_SV) \
@@ -93,6 +99,18 @@
     X(GAMMAINCC_VV) \
     X(GAMMAINCC_VS) \
     X(GAMMAINCC_SV) \
+    X(JN_VV) \
+    X(JN_VS) \
+    X(JN_SV) \
+    X(YN_VV) \
+    X(YN_VS) \
+    X(YN_SV) \
+    X(IV_VV) \
+    X(IV_VS) \
+    X(IV_SV) \
+    X(IVE_VV) \
+    X(IVE_VS) \
+    X(IVE_SV) \
     X(AZMUL_VV) \
     X(AZMUL_VS) \
     X(AZMUL_SV) \
@@ -124,6 +142,7 @@
     X(SIGN) \
     X(FLOOR) \
     X(CEIL) \
+    X(GAMMASGN) \
     X(STOP_GRADIENT) \
     X(WHERE_VV) \
     X(WHERE_VS) \
@@ -204,7 +223,13 @@
     X(ERFINV, (fabs(x) < 0.25 ? x * (0.8862269254527579 + x * x * (0.2320136665346544 + x * x * (0.1275561753055979 + x * x * (0.08655212924154748 + x * x * (0.06495961774538536 + x * x * (0.05173128198461633 + x * x * (0.0428367206517973 + x * x * (0.036465929308531576 + x * x * (0.031689005021605404 + x * x * (0.02798063296499518 + x * x * (0.025022275841198306 + x * x * (0.02260986331889753 + x * x * (0.02060678037905896 + x * x * (0.018918217250778812)))))))))))))) : (x < 0.0 ? rt_ndtri(0.5 * (1.0 + x)) : -rt_ndtri(0.5 * (1.0 - x))) * M_SQRT1_2), (0.88622692545275801365 * exp(f * f))) \
     X(LOGIT, (rt_logit(x)), (1.0 / (x * (1.0 - x)))) \
     X(I0E, (rt_i0e(x)), (rt_i1e(x) - (double)((x > 0) - (x < 0)) * f)) \
-    X(I1E, (rt_i1e(x)), (x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f))
+    X(I1E, (rt_i1e(x)), (x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f)) \
+    X(GAMMA, (rt_gamma(x)), (f * rt_digamma(x))) \
+    X(RGAMMA, (rt_rgamma(x)), (x <= 0.0 ? rt_gamma(1.0 - x) * (cos(3.14159265358979323846 * x) - rt_digamma(1.0 - x) * sin(3.14159265358979323846 * x) / 3.14159265358979323846) : -f * rt_digamma(x))) \
+    X(J0, (rt_j0(x)), (-rt_j1(x))) \
+    X(J1, (rt_j1(x)), (x == 0.0 ? 0.5 : rt_j0(x) - f / x)) \
+    X(Y0, (rt_y0(x)), (-rt_y1(x))) \
+    X(Y1, (rt_y1(x)), (rt_y0(x) - f / x))
 
 /* Non-differentiable unary ops: X(NAME, value in x) */
 #define RT_UNARY_ND(X) \
@@ -212,6 +237,7 @@
     X(SIGN, (x != x ? x : (double)((x > 0) - (x < 0)))) \
     X(FLOOR, (floor(x))) \
     X(CEIL, (ceil(x))) \
+    X(GAMMASGN, (rt_gammasgn(x))) \
     X(STOP_GRADIENT, (x))
 
 /* Differentiable binary ops: X(NAME, value in x y, d/dx, d/dy in x y f) */
@@ -232,6 +258,10 @@
     X(FMOD, (fmod(x, y)), (1.0), (-trunc(x / y))) \
     X(GAMMAINC, (rt_gammainc(x, y)), (0.0), (rt_gammainc_dx(x, y))) \
     X(GAMMAINCC, (rt_gammaincc(x, y)), (0.0), (-rt_gammainc_dx(x, y))) \
+    X(JN, (rt_jn(x, y)), (0.0), (0.5 * (rt_jn(x - 1.0, y) - rt_jn(x + 1.0, y)))) \
+    X(YN, (rt_yn(x, y)), (0.0), (0.5 * (rt_yn(x - 1.0, y) - rt_yn(x + 1.0, y)))) \
+    X(IV, (rt_bessel_iv(x, y)), (0.0), (0.5 * (rt_bessel_iv(x - 1.0, y) + rt_bessel_iv(x + 1.0, y)))) \
+    X(IVE, (rt_bessel_ive(x, y)), (0.0), (0.5 * (rt_bessel_ive(x - 1.0, y) + rt_bessel_ive(x + 1.0, y)) - (double)((y > 0) - (y < 0)) * f)) \
     X(AZMUL, (x == 0.0 ? 0.0 : x * y), (y), (x))
 
 /* Non-differentiable binary ops (comparisons, masks): X(NAME, value in x y) */
@@ -363,6 +393,12 @@ enum {
     X(LOGIT, COUNT, N, N, NONE, NONE, 1, 0, "") \
     X(I0E, COUNT, N, N, NONE, NONE, 1, 0, "") \
     X(I1E, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(GAMMA, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(RGAMMA, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(J0, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(J1, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(Y0, COUNT, N, N, NONE, NONE, 1, 0, "") \
+    X(Y1, COUNT, N, N, NONE, NONE, 1, 0, "") \
     X(ADD_VV, COUNT, N, N, N, NONE, 3, 0, "") \
     X(ADD_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
     X(ADD_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
@@ -411,6 +447,18 @@ enum {
     X(GAMMAINCC_VV, COUNT, N, N, N, NONE, 3, 0, "") \
     X(GAMMAINCC_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
     X(GAMMAINCC_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(JN_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(JN_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(JN_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(YN_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(YN_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(YN_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(IV_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(IV_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(IV_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
+    X(IVE_VV, COUNT, N, N, N, NONE, 3, 0, "") \
+    X(IVE_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
+    X(IVE_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
     X(AZMUL_VV, COUNT, N, N, N, NONE, 3, 0, "") \
     X(AZMUL_VS, COUNT, N, N, ONE, NONE, 3, 0, "") \
     X(AZMUL_SV, COUNT, N, ONE, N, NONE, 3, 0, "") \
@@ -442,6 +490,7 @@ enum {
     X(SIGN, COUNT, N, N, NONE, NONE, 0, 0, "") \
     X(FLOOR, COUNT, N, N, NONE, NONE, 0, 0, "") \
     X(CEIL, COUNT, N, N, NONE, NONE, 0, 0, "") \
+    X(GAMMASGN, COUNT, N, N, NONE, NONE, 0, 0, "") \
     X(STOP_GRADIENT, COUNT, N, N, NONE, NONE, 0, 0, "") \
     X(WHERE_VV, COUNT, N, N, N, N, 6, 0, "") \
     X(WHERE_VS, COUNT, N, N, N, ONE, 6, 0, "") \
@@ -553,6 +602,12 @@ enum {
     X(LOGIT) \
     X(I0E) \
     X(I1E) \
+    X(GAMMA) \
+    X(RGAMMA) \
+    X(J0) \
+    X(J1) \
+    X(Y0) \
+    X(Y1) \
     X(ADD_VV) \
     X(ADD_VS) \
     X(ADD_SV) \
@@ -601,6 +656,18 @@ enum {
     X(GAMMAINCC_VV) \
     X(GAMMAINCC_VS) \
     X(GAMMAINCC_SV) \
+    X(JN_VV) \
+    X(JN_VS) \
+    X(JN_SV) \
+    X(YN_VV) \
+    X(YN_VS) \
+    X(YN_SV) \
+    X(IV_VV) \
+    X(IV_VS) \
+    X(IV_SV) \
+    X(IVE_VV) \
+    X(IVE_VS) \
+    X(IVE_SV) \
     X(AZMUL_VV) \
     X(AZMUL_VS) \
     X(AZMUL_SV) \
@@ -632,6 +699,7 @@ enum {
     X(SIGN) \
     X(FLOOR) \
     X(CEIL) \
+    X(GAMMASGN) \
     X(STOP_GRADIENT) \
     X(WHERE_VV) \
     X(WHERE_VS) \

@@ -27,6 +27,10 @@
  *   rt_gammainc      regularised lower incomplete gamma P(a, x) (scipy's gammainc)
  *   rt_gammaincc     Q(a, x) = 1 - P(a, x), relative-accurate in its own tail
  *   rt_gammainc_dx   dP/dx = x^(a-1) e^-x / Gamma(a)
+ *   rt_gamma, rt_rgamma, rt_gammasgn   Gamma, 1/Gamma and the sign of Gamma
+ *   rt_j0, rt_j1, rt_y0, rt_y1         C's Bessel functions, scipy's edge values
+ *   rt_jn, rt_yn     J_n(x), Y_n(x) of an integer order n (nan otherwise)
+ *   rt_bessel_iv, rt_bessel_ive  I_v(x) and exp(-|x|) I_v(x) of a real order v
  */
 #ifndef REVTAPE_SPECFUN_H
 #define REVTAPE_SPECFUN_H
@@ -58,5 +62,16 @@ double rt_betaln(double a, double b);
 double rt_gammainc(double a, double x);
 double rt_gammaincc(double a, double x);
 double rt_gammainc_dx(double a, double x);
+double rt_gamma(double x);
+double rt_rgamma(double x);
+double rt_gammasgn(double x);
+double rt_j0(double x);
+double rt_j1(double x);
+double rt_y0(double x);
+double rt_y1(double x);
+double rt_jn(double n, double x);
+double rt_yn(double n, double x);
+double rt_bessel_ive(double v, double x);
+double rt_bessel_iv(double v, double x);
 
 #endif

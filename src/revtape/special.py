@@ -17,4 +17,7 @@ if TYPE_CHECKING:
         ndtri as ndtri, erfinv as erfinv, logit as logit, i0e as i0e, i1e as i1e,
         xlogy as xlogy, xlog1py as xlog1py, betaln as betaln, gammainc as gammainc,
         gammaincc as gammaincc, psi as psi, logsumexp as logsumexp, polygamma as polygamma,
-        softmax as softmax, log_softmax as log_softmax, multigammaln as multigammaln)
+        softmax as softmax, log_softmax as log_softmax, multigammaln as multigammaln,
+        gamma as gamma, rgamma as rgamma, gammasgn as gammasgn, j0 as j0, j1 as j1,
+        y0 as y0, y1 as y1, jn as jn, yn as yn, iv as iv, ive as ive, i0 as i0, i1 as i1,
+        erfcinv as erfcinv, beta as beta, betainc as betainc, stdtr as stdtr)

@@ -115,8 +115,13 @@ def test_cholesky_refuses_bad_shapes(rng):
         np.linalg.cholesky(t.track(np.ones((2, 3))))
     with pytest.raises(np.linalg.LinAlgError):
         np.linalg.cholesky(t.track(np.ones(3)))
-    with pytest.raises(rt.UnsupportedError, match="batch"):
-        np.linalg.cholesky(t.track(np.ones((2, 3, 3))))
+    with pytest.raises(rt.linalg.LinAlgShapeError, match="square"):
+        np.linalg.cholesky(t.track(np.ones((2, 3, 4))))
+    # a batch of square matrices is factored matrix by matrix (test_linalg_more below)
+    B = np.eye(3) + 0.1 * rng.normal(size=(2, 3, 3))
+    B = B @ np.swapaxes(B, -1, -2)
+    np.testing.assert_allclose(rt.value(np.linalg.cholesky(t.track(B))), np.linalg.cholesky(B),
+                               rtol=1e-13, atol=1e-15)
 
 
 # ---------------------------------------------------------------------------- solve_triangular
@@ -611,3 +616,222 @@ def test_scipy_function_saved_before_revtape_names_the_drop_in(rng):
     t = rt.Tape()
     with pytest.raises(rt.ConversionError, match="revtape.numpy_api.linalg"):
         original(t.track(np.eye(2)), np.ones(2))
+
+
+# ---------------------------------------------------------------------------- batches, svd, eig
+# Batched (3-D and more) matmul/solve/inv/det/slogdet/cholesky/eigh, the SVD,
+# eig of a real spectrum, pinv, matrix_power and the spectral/nuclear norms:
+# values against numpy, gradients against analytic formulas and finite
+# differences, Hessians, the reference replay against the compiled one.
+
+def _spd_batch(rng, lead, n):
+    B = np.eye(n) + 0.3 * rng.normal(size=lead + (n, n))
+    return B @ np.swapaxes(B, -1, -2) + 0.5 * np.eye(n)
+
+
+@pytest.mark.parametrize("sa,sb", [((2, 3, 4), (4, 2)), ((3, 4), (2, 4, 2)),
+                                   ((2, 1, 3, 4), (3, 4, 2)), ((2, 3, 4), (4,)),
+                                   ((4,), (2, 4, 3))], ids=str)
+def test_batched_matmul(sa, sb, rng):
+    a, b = rng.normal(size=sa), rng.normal(size=sb)
+    W = rng.normal(size=np.matmul(a, b).shape)
+    x = np.concatenate([a.ravel(), b.ravel()])
+    split = lambda v: (np.reshape(v[:a.size], sa), np.reshape(v[a.size:], sb))
+    for f in (lambda v: np.sum(W * (split(v)[0] @ split(v)[1])),
+              lambda v: np.sum(W * np.matmul(*split(v)))):
+        check_all(f, x)
+    g = rt.gradient(lambda a: np.sum(W * (a @ b)), a)
+    # d/da sum(W * (a @ b)) = W @ b^T, summed over the axes a was broadcast along
+    a2 = a if a.ndim > 1 else a[None, :]
+    b2 = b if b.ndim > 1 else b[:, None]
+    W2 = W.reshape(np.matmul(a2, b2).shape)
+    ref = W2 @ np.swapaxes(b2, -1, -2)
+    while ref.ndim > a2.ndim:
+        ref = ref.sum(axis=0)
+    ref = np.sum(ref, axis=tuple(i for i, n in enumerate(a2.shape) if n == 1 and ref.shape[i] != 1),
+                 keepdims=True)
+    np.testing.assert_allclose(g, ref.reshape(a.shape), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["solve_vec", "solve_mat", "solve_bcast", "inv", "det",
+                                  "slogdet", "cholesky", "eigh"])
+def test_batched_square_ops(name, rng):
+    lead, n = (2, 3), 3
+    A = _spd_batch(rng, lead, n)
+    b = rng.normal(size=(n,))
+    Bm = rng.normal(size=lead + (n, 2))
+    Bc = rng.normal(size=(n, 2))
+    W = rng.normal(size=lead + (n, n))
+    fs = {
+        "solve_vec": lambda a: np.sum(W[..., 0] * np.linalg.solve(a, b)),
+        "solve_mat": lambda a: np.sum(W[..., :2] * np.linalg.solve(a, Bm)),
+        "solve_bcast": lambda a: np.sum(W[..., :2] * np.linalg.solve(a, Bc[None, None])),
+        "inv": lambda a: np.sum(W * np.linalg.inv(a)),
+        "det": lambda a: np.sum(W[..., 0, 0] * np.linalg.det(a)),
+        "slogdet": lambda a: np.sum(W[..., 0, 0] * np.linalg.slogdet(a)[1]),
+        "cholesky": lambda a: np.sum(W * np.linalg.cholesky(a)),
+        "eigh": lambda a: np.sum(W[..., 0] * np.linalg.eigh(a)[0])
+        + np.sum(W * np.linalg.eigh(a)[1] ** 2),
+    }
+    f = fs[name]
+    # (the Hessians of the 2-D kernels are checked above; here one batched one suffices)
+    check_all(f, A, hessian=name in ("solve_mat", "inv", "slogdet"), fd_rtol=1e-5)
+    # per matrix, the batched result is the 2-D one
+    for idx in np.ndindex(*lead):
+        t = rt.Tape()
+        x = t.track(A)
+        one = {"inv": np.linalg.inv, "det": np.linalg.det, "cholesky": np.linalg.cholesky}.get(name)
+        if one is not None:
+            np.testing.assert_array_equal(rt.value(one(x))[idx], rt.value(one(t.track(A[idx]))))
+    if name == "slogdet":
+        sign, logdet = np.linalg.slogdet(rt.Tape().track(A))
+        ref = np.linalg.slogdet(A)
+        np.testing.assert_array_equal(rt.value(sign), ref[0])
+        np.testing.assert_allclose(rt.value(logdet), ref[1], rtol=1e-13)
+        # d log|det A| / dA = A^-T
+        g = rt.gradient(lambda a: np.sum(np.linalg.slogdet(a)[1]), A)
+        np.testing.assert_allclose(g, np.swapaxes(np.linalg.inv(A), -1, -2), rtol=1e-11)
+
+
+def test_batched_ops_native_equals_vm_bit_for_bit(rng, native_cache):
+    from revtape._vm import ffi
+    A = _spd_batch(rng, (2,), 3)
+    B = rng.normal(size=(2, 3, 2))
+    f = lambda a: (np.sum(np.linalg.solve(a, B) * (a @ B)) + np.sum(np.linalg.inv(a))
+                   + np.sum(np.linalg.slogdet(a)[1]) + np.sum(np.linalg.cholesky(a)))
+    tape = rt.GradientTape(f, A)
+    vm, nt = rt.compile(tape, native=False), rt.compile(tape, native=True)
+    assert nt.native_state == "native" and nt._p.native != ffi.NULL
+    for k in range(3):
+        x = A + 0.05 * k * np.eye(3)
+        v1, g1 = vm.value_and_gradient(x)
+        v2, g2 = nt.value_and_gradient(x)
+        assert np.asarray(v1).tobytes() == np.asarray(v2).tobytes()
+        assert g1.tobytes() == g2.tobytes()
+
+
+def _svd_f(W, c, d):
+    """A function of the SVD that does not depend on the singular vectors'
+    signs: sum(W * U diag(c) V^T) + sum(d * s)."""
+    def f(a):
+        u, s, vt = np.linalg.svd(a, full_matrices=False)
+        return np.sum(W * ((u * c[..., None, :]) @ vt)) + np.sum(d * s)
+    return f
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3), (4, 4), (2, 3, 4), (2, 4, 3)], ids=str)
+def test_svd_values_gradients_hessians(shape, rng):
+    A = rng.normal(size=shape)
+    k = min(shape[-2:])
+    t = rt.Tape()
+    for full in (False, True):
+        u, s, vt = np.linalg.svd(t.track(A), full_matrices=full)
+        ru, rs, rvt = np.linalg.svd(A, full_matrices=full)
+        np.testing.assert_allclose(rt.value(u), ru, rtol=1e-12, atol=1e-13)   # numpy's signs
+        np.testing.assert_allclose(rt.value(s), rs, rtol=1e-13)
+        np.testing.assert_allclose(rt.value(vt), rvt, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(rt.value(np.linalg.svd(t.track(A), compute_uv=False)),
+                               np.linalg.svd(A, compute_uv=False), rtol=1e-13)
+    # d s_i / dA = u_i v_i^T
+    d = rng.normal(size=shape[:-2] + (k,))
+    g = rt.gradient(lambda a: np.sum(d * np.linalg.svd(a, compute_uv=False)), A)
+    ru, rs, rvt = np.linalg.svd(A, full_matrices=False)
+    np.testing.assert_allclose(g, (ru * d[..., None, :]) @ rvt, rtol=1e-10, atol=1e-12)
+    f = _svd_f(rng.normal(size=shape), rng.normal(size=shape[:-2] + (k,)), d)
+    check_all(f, A, hessian=len(shape) == 2, fd_rtol=1e-5)
+
+
+def test_svd_refusals(rng):
+    A = rng.normal(size=(4, 3))
+    with pytest.raises(rt.UnsupportedError, match="full_matrices=False"):
+        rt.gradient(lambda a: np.sum(np.linalg.svd(a)[0]), A)
+    # square: the full SVD is the reduced one, and differentiable
+    S = rng.normal(size=(3, 3))
+    check_grad(_svd_f(rng.normal(size=(3, 3)), rng.normal(size=3), rng.normal(size=3)), S)
+    with pytest.raises(rt.UnsupportedError, match="eigh"):
+        np.linalg.svd(rt.Tape().track(S), hermitian=True)
+
+
+def test_eig_of_a_real_spectrum(rng):
+    n = 4
+    Pm = rng.normal(size=(n, n)) + 2 * np.eye(n)
+    lam = np.array([1.0, -2.0, 3.5, 0.5])
+    A = Pm @ np.diag(lam) @ np.linalg.inv(Pm)
+    w, v = np.linalg.eig(rt.Tape().track(A))
+    rw, rv = np.linalg.eig(A)
+    np.testing.assert_allclose(rt.value(w), rw, rtol=1e-12)
+    np.testing.assert_allclose(rt.value(v), rv, rtol=1e-10, atol=1e-12)
+    # d sum(w^2) / dA = V^-T diag(2 w) V^T
+    g = rt.gradient(lambda a: np.sum(np.linalg.eig(a)[0] ** 2), A)
+    np.testing.assert_allclose(g, np.linalg.inv(rv).T @ np.diag(2 * rw) @ rv.T, rtol=1e-9,
+                               atol=1e-10)
+    W = rng.normal(size=(n, n))
+    # sign-free in the eigenvectors: v_i v_i^T
+    f = lambda a: np.sum(W * (np.linalg.eig(a)[1] * np.linalg.eig(a)[0]) @ np.linalg.eig(a)[1].T)
+    check_grad(f, A, h=1e-5)          # (h=1e-3 leaves a truncation error of 1e-5 here)
+    tape = rt.GradientTape(f, A)
+    ct = rt.compile(tape)
+    np.testing.assert_allclose(ct.gradient(A + 0.01), tape.gradient(A + 0.01), rtol=1e-12)
+    H = ct.hessian(A).reshape(n * n, n * n)
+    np.testing.assert_allclose(H, tape.hessian(A).reshape(n * n, n * n), rtol=1e-9, atol=1e-11)
+    V = rng.normal(size=(n, n))
+    h = 1e-6
+    fd = (ct.gradient(A + h * V) - ct.gradient(A - h * V)).ravel() / (2 * h)
+    np.testing.assert_allclose(H @ V.ravel(), fd, rtol=1e-5, atol=1e-6 * np.abs(H).max())
+    with pytest.raises(rt.UnsupportedError, match="complex"):
+        np.linalg.eig(rt.Tape().track(np.array([[0.0, 1.0], [-1.0, 0.0]])))
+    # a batch
+    B = np.stack([A, A.T + 0.1 * np.eye(n)])
+    np.testing.assert_allclose(rt.value(np.linalg.eigvals(rt.Tape().track(B))),
+                               np.linalg.eigvals(B), rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3), (2, 4, 3)], ids=str)
+def test_pinv(shape, rng):
+    A = rng.normal(size=shape)
+    np.testing.assert_allclose(rt.value(np.linalg.pinv(rt.Tape().track(A))), np.linalg.pinv(A),
+                               rtol=1e-12, atol=1e-13)
+    W = rng.normal(size=np.linalg.pinv(A).shape)
+    check_all(lambda a: np.sum(W * np.linalg.pinv(a)), A, hessian=len(shape) == 2, fd_rtol=1e-5)
+    # rank-deficient: the cutoff drops the zero singular value, as numpy's
+    R = np.outer(rng.normal(size=4), rng.normal(size=3))
+    np.testing.assert_allclose(rt.value(np.linalg.pinv(rt.Tape().track(R))), np.linalg.pinv(R),
+                               rtol=1e-10, atol=1e-12)
+    # the cutoff is evaluated at each replay: a program recorded at a full-rank
+    # matrix gives numpy's pinv at a rank-deficient one
+    jt = rt.JacobianTape(np.linalg.pinv, rng.normal(size=(4, 3)))
+    np.testing.assert_allclose(rt.compile(jt).forward(R), np.linalg.pinv(R), rtol=1e-10,
+                               atol=1e-12)
+    np.testing.assert_allclose(jt.forward(R), np.linalg.pinv(R), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [-3, -1, 0, 1, 2, 5])
+def test_matrix_power(n, rng):
+    A = np.eye(3) + 0.3 * rng.normal(size=(3, 3))
+    np.testing.assert_allclose(rt.value(np.linalg.matrix_power(rt.Tape().track(A), n)),
+                               np.linalg.matrix_power(A, n), rtol=1e-12, atol=1e-14)
+    W = rng.normal(size=(3, 3))
+    f = lambda a: np.sum(W * np.linalg.matrix_power(a, n))
+    if n != 0:
+        check_all(f, A, fd_rtol=1e-5)
+    else:
+        assert np.all(rt.gradient(f, A) == 0)
+    if n == 2:   # d sum(W * A A) = W A^T + A^T W
+        np.testing.assert_allclose(rt.gradient(f, A), W @ A.T + A.T @ W, rtol=1e-12)
+
+
+@pytest.mark.parametrize("ord", [2, -2, "nuc"])
+def test_spectral_and_nuclear_norms(ord, rng):
+    A = rng.normal(size=(4, 3))
+    assert rt.value(np.linalg.norm(rt.Tape().track(A), ord)) == pytest.approx(
+        np.linalg.norm(A, ord), rel=1e-13)
+    u, s, vt = np.linalg.svd(A, full_matrices=False)
+    ref = {2: np.outer(u[:, 0], vt[0]), -2: np.outer(u[:, -1], vt[-1]), "nuc": u @ vt}[ord]
+    np.testing.assert_allclose(rt.gradient(lambda a: np.linalg.norm(a, ord), A), ref,
+                               rtol=1e-10, atol=1e-12)
+    check_all(lambda a: np.linalg.norm(a, ord), A, fd_rtol=1e-5)
+    # over two axes of a 3-D array, keepdims
+    X = rng.normal(size=(3, 2, 4))
+    got = np.linalg.norm(rt.Tape().track(X), ord, axis=(2, 0), keepdims=True)
+    np.testing.assert_allclose(rt.value(got), np.linalg.norm(X, ord, axis=(2, 0), keepdims=True),
+                               rtol=1e-13)

@@ -83,7 +83,8 @@ def test_every_scalar_family_gives_the_general_sweeps_bits(rng):
     X = np.array(xs[:4] * 3)
     assert _all_same(a.batch_value_and_gradient(X, threads=2),
                      b.batch_value_and_gradient(X, threads=2))
-    h = rt.HessianTape(lambda x: _scalar_families(x, skip=("gammainc", "gammaincc", "trigamma")),
+    h = rt.HessianTape(lambda x: _scalar_families(x, skip=("gammainc", "gammaincc", "trigamma",
+                                                               "jn", "yn", "iv", "ive")),
                        x0)
     ha, hb = _twins(h)
     for x in xs[:3]:

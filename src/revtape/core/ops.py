@@ -430,6 +430,38 @@ _unary("i1e", _scipy_special("i1e"), "rt_i1e(x)",
        "x == 0.0 ? 0.5 : rt_i0e(x) - f / x - (double)((x > 0) - (x < 0)) * f", special="i1e")
 
 
+def _rgamma_partial(f, x):
+    # 1/Gamma is entire: for x <= 0, where -rgamma psi is 0 * inf at the poles,
+    # the derivative of its reflection Gamma(1-x) sin(pi x)/pi, which is
+    # (-1)^n n! at x = -n and differentiates on (the second derivative too)
+    neg = P.le(x, 0.0)
+    y = P.sub(1.0, P.where(neg, x, 0.0))
+    px = P.mul(math.pi, x)
+    refl = P.mul(P.gamma(y), P.sub(P.cos(px), P.mul(P.digamma(y), P.div(P.sin(px), math.pi))))
+    return P.where(neg, refl, P.neg(P.mul(f, P.digamma(P.where(neg, 1.0, x)))))
+
+
+# Gamma and Bessel functions (csrc/kernels/specfun.c; scipy's
+# values at poles and infinities).  gamma' = gamma psi, rgamma' = -rgamma psi;
+# J0' = -J1, Y0' = -Y1, J1' = J0 - J1/x (1/2 at 0), Y1' = Y0 - Y1/x.
+_unary("gamma", _scipy_special("gamma"), "rt_gamma(x)",
+       lambda f, x: P.mul(f, P.digamma(x)), "f * rt_digamma(x)", special="gamma")
+_unary("rgamma", _scipy_special("rgamma"), "rt_rgamma(x)", _rgamma_partial,
+       "x <= 0.0 ? rt_gamma(1.0 - x) * (cos(3.14159265358979323846 * x) - rt_digamma(1.0 - x)"
+       " * sin(3.14159265358979323846 * x) / 3.14159265358979323846) : -f * rt_digamma(x)",
+       special="rgamma")
+_unary("j0", _scipy_special("j0"), "rt_j0(x)", lambda f, x: P.neg(P.j1(x)), "-rt_j1(x)",
+       special="j0")
+_unary("j1", _scipy_special("j1"), "rt_j1(x)",
+       lambda f, x: P.where(P.eq(x, 0.0), 0.5, P.sub(P.j0(x), P.div(f, P.where(
+           P.eq(x, 0.0), 1.0, x)))),
+       "x == 0.0 ? 0.5 : rt_j0(x) - f / x", special="j1")
+_unary("y0", _scipy_special("y0"), "rt_y0(x)", lambda f, x: P.neg(P.y1(x)), "-rt_y1(x)",
+       special="y0")
+_unary("y1", _scipy_special("y1"), "rt_y1(x)",
+       lambda f, x: P.sub(P.y0(x), P.div(f, x)), "rt_y0(x) - f / x", special="y1")
+
+
 def _polygamma2(x):
     if getattr(x, "_is_tracked", False):
         raise UnsupportedError("fourth derivatives of gammaln (derivatives of trigamma "
@@ -535,6 +567,54 @@ _binary("gammaincc", _scipy_special("gammaincc"), "rt_gammaincc(x, y)",
         (_no_shape_derivative, lambda f, a, x: P.neg(P.exp(P.sub(P.sub(
             P.xlogy(P.sub(a, 1.0), x), x), P.gammaln(a))))),
         ("0.0", "-rt_gammainc_dx(x, y)"), special="gammaincc", ufuncs=())
+def _no_order_derivative(f, v, x):
+    raise UnsupportedError("the derivative of a Bessel function with respect to its order is "
+                           "not implemented; pass the order as a constant (only x may be tracked)")
+
+
+def _bessel_fwd(name, integer):
+    """The row's numpy forward: scipy's function (or, without scipy, the C
+    kernel) at the orders the C kernel takes -- finite, and for jn/yn
+    integers of at most 1e6 -- and nan at the others, as the C kernel (scipy's
+    answers at infinite orders follow no one rule; rt.special refuses such
+    orders on tracked values and gives scipy's own answer on plain ones)."""
+    inner = _scipy_special(name)
+
+    def forward(v, x):
+        v = np.asarray(v, dtype=np.float64)
+        ok = np.isfinite(v)
+        if integer:
+            ok &= (v == np.floor(v)) & (np.abs(v) <= 1e6)
+        with np.errstate(all="ignore"):
+            return np.where(ok, inner(np.where(ok, v, 0.0), x), np.nan)[()]
+    forward.__name__ = name
+    return forward
+
+
+# Bessel functions of an order v and x, differentiable in x only (the order's
+# C partial is never needed: rt.special and scipy's ufuncs refuse a tracked
+# order, hence ufuncs=()).  J_n' = (J_(n-1) - J_(n+1))/2, the same for Y_n,
+# I_v' = (I_(v-1) + I_(v+1))/2, and ive = exp(-|x|) I_v has ive' =
+# (ive(v-1) + ive(v+1))/2 - sign(x) ive.  jn/yn take integer orders (nan
+# otherwise; rt.special refuses a non-integer one).
+_binary("jn", _bessel_fwd("jn", True), "rt_jn(x, y)",
+        (_no_order_derivative, lambda f, n, x: P.mul(0.5, P.sub(
+            P.jn(P.sub(n, 1.0), x), P.jn(P.add(n, 1.0), x)))),
+        ("0.0", "0.5 * (rt_jn(x - 1.0, y) - rt_jn(x + 1.0, y))"), special="jn", ufuncs=())
+_binary("yn", _bessel_fwd("yn", True), "rt_yn(x, y)",
+        (_no_order_derivative, lambda f, n, x: P.mul(0.5, P.sub(
+            P.yn(P.sub(n, 1.0), x), P.yn(P.add(n, 1.0), x)))),
+        ("0.0", "0.5 * (rt_yn(x - 1.0, y) - rt_yn(x + 1.0, y))"), special="yn", ufuncs=())
+_binary("iv", _bessel_fwd("iv", False), "rt_bessel_iv(x, y)",
+        (_no_order_derivative, lambda f, v, x: P.mul(0.5, P.add(
+            P.iv(P.sub(v, 1.0), x), P.iv(P.add(v, 1.0), x)))),
+        ("0.0", "0.5 * (rt_bessel_iv(x - 1.0, y) + rt_bessel_iv(x + 1.0, y))"), special="iv",
+        ufuncs=())
+_binary("ive", _bessel_fwd("ive", False), "rt_bessel_ive(x, y)",
+        (_no_order_derivative, lambda f, v, x: P.sub(P.mul(0.5, P.add(
+            P.ive(P.sub(v, 1.0), x), P.ive(P.add(v, 1.0), x))), P.mul(P.sign(x), f))),
+        ("0.0", "0.5 * (rt_bessel_ive(x - 1.0, y) + rt_bessel_ive(x + 1.0, y)) "
+         "- (double)((y > 0) - (y < 0)) * f"), special="ive", ufuncs=())
 # azmul: absolute-zero multiply, 0 * anything = 0.  Reverse rules use it so that a
 # zero adjoint never becomes nan through an infinite partial.
 _binary("azmul", lambda x, y: np.where(np.asarray(x) == 0, 0.0, np.multiply(x, y))[()],
@@ -570,6 +650,9 @@ _def("sign", UNARY_ND, _quiet(np.sign), c_fwd="x != x ? x : (double)((x > 0) - (
      diff=False)
 _def("floor", UNARY_ND, _quiet(np.floor), c_fwd="floor(x)", diff=False)
 _def("ceil", UNARY_ND, _quiet(np.ceil), c_fwd="ceil(x)", diff=False)
+# the sign of Gamma (scipy.special.gammasgn): piecewise constant, nan at its poles
+_def("gammasgn", UNARY_ND, _scipy("gammasgn", _specfun.gammasgn), c_fwd="rt_gammasgn(x)", diff=False,
+     special="gammasgn")
 # rt.stop_gradient (JAX): the value passes through, no derivative flows back
 # (diff=False: no adjoint, no tangent, nothing in a traced reverse pass).
 _def("stop_gradient", UNARY_ND, lambda x: np.array(x, dtype=np.float64)[()], c_fwd="x",

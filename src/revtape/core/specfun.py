@@ -198,3 +198,54 @@ def logsumexp(x, axis=None, keepdims=False):
         if not keepdims:
             out = np.squeeze(out, axis=axis)
     return np.asarray(out, dtype=np.float64)[()]
+
+
+def gammasgn(x):
+    """The sign of Gamma(x), as csrc/kernels/specfun.c's rt_gammasgn: nan at
+    nan, -inf and the negative integers; +-1 at +-0."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        fl = np.floor(x)
+        neg = np.where(np.fmod(fl, 2.0) == 0.0, 1.0, -1.0)
+        out = np.where(x > 0.0, 1.0, np.where(x == fl, np.nan, neg))
+        out = np.where(x == 0.0, np.copysign(1.0, x), out)
+        out = np.where(np.isnan(x) | (x == -np.inf), np.nan, out)
+    return out[()]
+
+
+def _betainc(a, b, x):
+    # I_x(a, b) by its continued fraction (DLMF 8.17.22, modified Lentz), on
+    # the side where it converges fast (x < (a+1)/(a+b+2)), else by symmetry.
+    if math.isnan(a) or math.isnan(b) or math.isnan(x) or not (0.0 <= x <= 1.0):
+        return math.nan
+    if a < 0.0 or b < 0.0 or (a == 0.0 and b == 0.0) or math.isinf(a) or math.isinf(b):
+        return math.nan
+    if a == 0.0:
+        return 1.0
+    if b == 0.0:
+        return 0.0
+    if x == 0.0 or x == 1.0:
+        return x
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    lbeta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    front = math.exp(a * math.log(x) + b * math.log1p(-x) - lbeta) / a
+    tiny = 1e-300
+
+    def guard(v):
+        return v if abs(v) > tiny else tiny
+    c = 1.0
+    d = 1.0 / guard(1.0 - (a + b) * x / (a + 1.0))
+    h = d
+    for m in range(1, 2000):
+        for num in (m * (b - m) * x / ((a - 1.0 + 2 * m) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1.0 + 2 * m))):
+            d = 1.0 / guard(1.0 + num * d)
+            c = guard(1.0 + num / c)
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-16:
+            break
+    return front * h
+
+
+betainc = _vectorize(_betainc, 3)

@@ -27,6 +27,7 @@ from typing import Any, NoReturn, TypeAlias
 import numpy as np
 
 from ..numpy_api import linalg as _la
+from ..numpy_api import special as _sp
 from ..errors import UnsupportedError
 from ..core.ops import P
 from ..core.apitypes import ArrayLike
@@ -168,6 +169,14 @@ def _quiet(method):
     return quiet
 
 
+def _exp_of(log_name):
+    def method(self, *args: Any, **kwargs: Any) -> Density:
+        return np.exp(getattr(self, log_name)(*args, **kwargs))
+    method.__name__ = log_name[3:]
+    method.__doc__ = f"exp of {log_name}, scipy.stats's {log_name[3:]}."
+    return method
+
+
 class _Dist:
     """One distribution: its methods are scipy's, with scipy's signatures."""
 
@@ -176,6 +185,11 @@ class _Dist:
         for m in ("logpdf", "logpmf", "logcdf", "logsf"):
             if m in cls.__dict__:
                 setattr(cls, m, _quiet(cls.__dict__[m]))
+        # pdf, pmf, cdf, sf: the exponentials of the log forms (exp(-inf) = 0
+        # outside the support, nan stays nan), each where its log form exists
+        for m in ("pdf", "pmf", "cdf", "sf"):
+            if m not in cls.__dict__ and hasattr(cls, "log" + m):
+                setattr(cls, m, _exp_of("log" + m))
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -206,6 +220,16 @@ class _Norm(_Dist):
 
     def logsf(self, x: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
         return _loc_scale(lambda z: P.log_ndtr(-z), x, loc, scale, False)
+
+    @_quiet
+    def ppf(self, q: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
+        """loc + scale ndtri(q): nan outside [0, 1] and for scale <= 0 (scipy)."""
+        out = loc + scale * P.ndtri(q)
+        return _result(out, None, _bad_scale(scale), _shape(q, loc, scale))
+
+    @_quiet
+    def isf(self, q: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
+        return self.ppf(1.0 - q, loc, scale)
 
 
 class _Halfnorm(_Dist):
@@ -306,6 +330,22 @@ class _T(_Dist):
         lp = _minus_log_scale(lp, scale)
         return _result(lp, None, _or(_bad_scale(scale), _le(df, 0.0)), _shape(x, df, loc, scale))
 
+    def logcdf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
+        """log stdtr(df, z) below the centre, log1p(-stdtr(df, -z)) above (the
+        upper tail without cancellation); differentiable in x, loc and scale."""
+        if istracked(df):
+            raise UnsupportedError(
+                "rt.stats.t.logcdf/logsf are differentiable in x, loc and scale only: the "
+                "derivative of the incomplete beta function with respect to df is not "
+                "implemented; pass df as a plain number or array (logpdf has every gradient)")
+        z = _standardize(x, loc, scale)
+        tail = _sp.stdtr(df, _select(_gt(z, 0.0), -z, z))   # (not -|z|: its slope at 0 is 0)
+        lp = _select(_gt(z, 0.0), np.log1p(-tail), np.log(tail))
+        return _result(lp, None, _or(_bad_scale(scale), _le(df, 0.0)), _shape(x, df, loc, scale))
+
+    def logsf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
+        return self.logcdf(-x, df, -loc if not _const(loc, 0.0) else loc, scale)
+
 
 class _Laplace(_Dist):
     """The Laplace (double exponential) distribution, scipy.stats.laplace."""
@@ -394,6 +434,21 @@ class _Gamma(_Dist):
         return _result(lp, None, _or(_bad_scale(scale), _le(a, 0.0)), _shape(x, a, loc, scale))
 
 
+class _Chi2(_Dist):
+    """chi2(df) is gamma(a = df/2, scale = 2): the same formulas."""
+
+    def logpdf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
+        return gamma.logpdf(x, 0.5 * df, loc, 2.0 * scale)
+
+    def logcdf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
+        _plain_shape_param(df, "logcdf")
+        return gamma.logcdf(x, 0.5 * df, loc, 2.0 * scale)
+
+    def logsf(self, x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
+        _plain_shape_param(df, "logsf")
+        return gamma.logsf(x, 0.5 * df, loc, 2.0 * scale)
+
+
 class _Invgamma(_Dist):
     """The inverse gamma distribution with shape a, scipy.stats.invgamma."""
 
@@ -417,6 +472,29 @@ class _Beta(_Dist):
         return _result(lp, _or(_lt(z, 0.0), _gt(z, 1.0)),
                        _or(_bad_scale(scale), _le(a, 0.0), _le(b, 0.0)),
                        _shape(x, a, b, loc, scale))
+
+    def _cdf(self, x, a, b, loc, scale, upper):
+        """log I_z(a, b) (upper: log I_(1-z)(b, a) = log(1 - I_z(a, b)), accurate
+        in the upper tail), z clamped to [0, 1]: 0/-inf beyond the support."""
+        for v, what in ((a, "a"), (b, "b")):
+            if istracked(v):
+                raise UnsupportedError(
+                    f"rt.stats.beta.{'logsf' if upper else 'logcdf'} is differentiable in x, loc "
+                    f"and scale only: the derivative of the incomplete beta function with "
+                    f"respect to {what} is not implemented; pass it as a plain number or array")
+        z = _standardize(x, loc, scale)
+        below, above = _lt(z, 0.0), _gt(z, 1.0)
+        zc = _select(below, 0.0, _select(above, 1.0, z))
+        lp = np.log(_sp.betainc(b, a, 1.0 - zc) if upper else _sp.betainc(a, b, zc))
+        lp = _select(below, 0.0 if upper else -_INF, _select(above, -_INF if upper else 0.0, lp))
+        return _result(lp, None, _or(_bad_scale(scale), _le(a, 0.0), _le(b, 0.0)),
+                       _shape(x, a, b, loc, scale))
+
+    def logcdf(self, x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
+        return self._cdf(x, a, b, loc, scale, False)
+
+    def logsf(self, x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0.0, scale: ArrayLike = 1.0) -> Density:
+        return self._cdf(x, a, b, loc, scale, True)
 
 
 class _Lognorm(_Dist):
@@ -528,6 +606,20 @@ class _Poisson(_Dist):
         k = _shift(k, loc)
         lp = P.xlogy(k, mu) - P.gammaln(k + 1.0) - mu
         return _result(lp, _or(_lt(k, 0.0), _not_integer(k)), _lt(mu, 0.0), _shape(k, mu, loc))
+
+    def logcdf(self, k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0.0) -> Density:
+        """log Q(floor(k) + 1, mu) (the regularised upper incomplete gamma):
+        differentiable in mu; k is data (a tracked k has no derivative)."""
+        kf = np.floor(_value(_shift(k, loc)))
+        below = kf < 0
+        lp = np.log(P.gammaincc(np.where(below, 0.0, kf) + 1.0, mu))
+        return _result(_select(below, -_INF, lp), None, _lt(mu, 0.0), _shape(k, mu, loc))
+
+    def logsf(self, k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0.0) -> Density:
+        kf = np.floor(_value(_shift(k, loc)))
+        below = kf < 0
+        lp = np.log(P.gammainc(np.where(below, 0.0, kf) + 1.0, mu))
+        return _result(_select(below, 0.0, lp), None, _lt(mu, 0.0), _shape(k, mu, loc))
 
 
 class _Binom(_Dist):
@@ -679,6 +771,19 @@ class _MultivariateNormal(_Dist):
         out = -0.5 * (d * _LOG_2PI + logdet + maha)
         return np.reshape(out, ()) if np.size(_value(out)) == 1 else out
 
+    @_quiet
+    def entropy(self, mean: ArrayLike = None, cov: ArrayLike = 1) -> Density:
+        """(d log(2 pi e) + log det cov) / 2; mean does not enter."""
+        cshape = np.shape(_value(cov))
+        if len(cshape) == 2:
+            logdet = 2.0 * np.sum(np.log(_la.diagonal(_la.cholesky(cov))))
+            d = cshape[0]
+        else:
+            d = cshape[0] if cshape else (np.shape(_value(mean))[0] if mean is not None
+                                          and np.ndim(_value(mean)) else 1)
+            logdet = np.sum(np.log(cov + np.zeros(d)))
+        return 0.5 * (d * (_LOG_2PI + 1.0) + logdet)
+
 
 norm = _Norm("norm")
 halfnorm = _Halfnorm("halfnorm")
@@ -690,6 +795,7 @@ laplace = _Laplace("laplace")
 logistic = _Logistic("logistic")
 expon = _Expon("expon")
 gamma = _Gamma("gamma")
+chi2 = _Chi2("chi2")
 invgamma = _Invgamma("invgamma")
 beta = _Beta("beta")
 lognorm = _Lognorm("lognorm")
@@ -707,7 +813,7 @@ multinomial = _Multinomial("multinomial")
 multivariate_normal = _MultivariateNormal("multivariate_normal")
 
 __all__ = ["norm", "halfnorm", "truncnorm", "cauchy", "halfcauchy", "t", "laplace", "logistic",
-           "expon", "gamma", "invgamma", "beta", "lognorm", "uniform", "weibull_min",
+           "expon", "gamma", "chi2", "invgamma", "beta", "lognorm", "uniform", "weibull_min",
            "vonmises", "poisson", "binom", "nbinom", "bernoulli", "geom", "betabinom",
            "dirichlet", "multinomial", "multivariate_normal"]
 

@@ -21,7 +21,10 @@ sampler sees a log density of nan and rejects the point.
 import numpy as np
 
 from . import scipy_dispatch as _scipy_dispatch
+import operator
+
 from ..core import ops
+from ..core.primitives import defvjp as _defvjp, primitive as _primitive
 from . import functions as _api
 from ..trace import tracked as _t
 from ..errors import RevtapeError, UnsupportedError
@@ -44,7 +47,7 @@ def _shape(x):
 
 def _square(name, a):
     s = _shape(a)
-    if len(s) > 2:
+    if len(s) > 2 and s[-1] == s[-2]:
         raise UnsupportedError(f"{name} of a batch of matrices (shape {s}) is not supported on "
                                "tracked values; loop over the leading axes")
     if len(s) != 2 or s[0] != s[1]:
@@ -70,6 +73,8 @@ def _no_extras(name, **kw):
 def cholesky(a, upper=False):
     """np.linalg.cholesky: lower L with L L^T = a, from a's lower triangle
     (upper=True: upper U with U^T U = a, from a's upper triangle); nan if not PD."""
+    if _is_batch(a):
+        return _batched(lambda m: cholesky(m, upper), (a,), (2,))
     _square("cholesky", a)
     if upper:
         return ops.transpose(P.cholesky(ops.transpose(a)))
@@ -79,6 +84,11 @@ def cholesky(a, upper=False):
 def solve(a, b):
     """np.linalg.solve: x with a x = b (b a vector or a matrix); LU with partial
     pivoting in C.  An exactly singular a gives all nan, not LinAlgError."""
+    if _is_batch(a) or len(_shape(b)) > 2:
+        # numpy 2: b is one vector only when it is 1-D, else a stack of matrices
+        if len(_shape(b)) == 1:
+            return _batched(lambda m: P.solve(m, b), (a,), (2,))
+        return _batched(solve, (a, b), (2, 2))
     n = _square("solve", a)
     _rhs("solve", n, b)
     return P.solve(a, b)
@@ -86,6 +96,8 @@ def solve(a, b):
 
 def inv(a):
     """np.linalg.inv (LU with partial pivoting in C); singular: all nan."""
+    if _is_batch(a):
+        return _batched(inv, (a,), (2,))
     _square("inv", a)
     return P.inv(a)
 
@@ -93,6 +105,8 @@ def inv(a):
 def slogdet(a):
     """np.linalg.slogdet: (sign, log|det a|), only the second differentiable; a
     singular matrix gives (0, -inf) as numpy."""
+    if _is_batch(a):
+        return _SlogdetResult(*_batched(lambda m: tuple(slogdet(m)), (a,), (2,)))
     _square("slogdet", a)
     r = P.slogdet(a)
     return _SlogdetResult(P.item(r, i=0), P.item(r, i=1))
@@ -112,9 +126,11 @@ def eigh(a, UPLO="L"):
     a's lower (UPLO='L') or upper triangle.  Each eigenvector's
     largest-magnitude component is positive (numpy's signs are arbitrary:
     LAPACK's choice).  Gradients are nan where eigenvalues coincide."""
-    n = _square("eigh", a)
     if UPLO not in ("L", "U", "l", "u"):
         raise ValueError("UPLO argument must be 'L' or 'U'")
+    if _is_batch(a):
+        return _EighResult(*_batched(lambda m: tuple(eigh(m, UPLO)), (a,), (2,)))
+    n = _square("eigh", a)
     if UPLO in ("U", "u"):
         a = ops.transpose(a)
     r = P.eigh(a)
@@ -126,6 +142,300 @@ def eigh(a, UPLO="L"):
 def eigvalsh(a, UPLO="L"):
     """np.linalg.eigvalsh: eigh's eigenvalues, ascending."""
     return eigh(a, UPLO)[0]
+
+
+# ---------------------------------------------------------------- svd and eig
+# LAPACK's decompositions (numpy's own, so values and signs are numpy's)
+# called as a primitive: one instruction whose forward calls back into
+# Python at each replay (such programs stay on the VM: the native tier does
+# not compile callbacks).  The reverse rules are written with tracked
+# operations, so they trace for Hessians.  Results travel packed into one
+# flat array ([U | s | Vt] row-major, [w | V]) and are unpacked by gathers.
+
+def _pack(*arrays):
+    return np.concatenate([np.ravel(np.asarray(x, dtype=np.float64)) for x in arrays])
+
+
+def _unpack(flat, shapes):
+    out, at = [], 0
+    for sh in shapes:
+        n = int(np.prod(sh, dtype=np.int64))
+        out.append(np.reshape(flat[at:at + n], sh))
+        at += n
+    return out
+
+
+@_primitive
+def _svd_packed(a):
+    u, s, vt = np.linalg.svd(a, full_matrices=False)
+    return _pack(u, s, vt)
+
+
+def _svd_parts(flat, m, n):
+    k = min(m, n)
+    return _unpack(flat, ((m, k), (k,), (k, n)))
+
+
+def _svd_vjp(ans, a):
+    """Reduced real SVD A = U S V^T (Townsend, "Differentiating the singular
+    value decomposition", 2016): with F_ij = 1/(s_j^2 - s_i^2) off the
+    diagonal,  A-bar = U [(F o (U^T U-bar - U-bar^T U)) S + diag(s-bar)
+    + S (F o (V^T V-bar - V-bar^T V))] V^T + (I - U U^T) U-bar S^-1 V^T
+    + U S^-1 V-bar^T (I - V V^T).  Repeated singular values give inf/nan."""
+    m, n = _shape(a)
+    k = min(m, n)
+    u, s, vt = _svd_parts(ans, m, n)
+
+    def vjp(g):
+        gu, gs, gvt = _svd_parts(g, m, n)
+        v, gv = np.transpose(vt), np.transpose(gvt)
+        eye = np.eye(k)
+        s2 = np.square(s)
+        diff = np.reshape(s2, (1, k)) - np.reshape(s2, (k, 1))
+        F = P.where(eye, 0.0, P.reciprocal(P.where(eye, 1.0, diff)))
+        ut_gu = matmul(np.transpose(u), gu)
+        vt_gv = matmul(vt, gv)
+        srow = np.reshape(s, (1, k))
+        scol = np.reshape(s, (k, 1))
+        inner = (P.azmul(ut_gu - np.transpose(ut_gu), F) * srow
+                 + eye * np.reshape(gs, (1, k))
+                 + scol * P.azmul(vt_gv - np.transpose(vt_gv), F))
+        out = matmul(matmul(u, inner), vt)
+        if m > k:
+            proj = gu - matmul(u, ut_gu)
+            out = out + matmul(proj / srow, vt)
+        if n > k:
+            proj = np.transpose(gv) - matmul(np.transpose(vt_gv), vt)
+            out = out + matmul(u / srow, proj)
+        return out
+    return vjp
+
+
+_defvjp(_svd_packed, _svd_vjp)
+
+
+@_primitive
+def _svd_full_packed(a):
+    u, s, vt = np.linalg.svd(a, full_matrices=True)
+    return _pack(u, s, vt)
+
+
+def _svd_full_vjp(ans, a):
+    def vjp(g):
+        raise UnsupportedError(
+            "the gradient of np.linalg.svd(full_matrices=True) of a non-square matrix is not "
+            "defined (the extra columns of U or V^T are any orthonormal completion); use "
+            "full_matrices=False")
+    return vjp
+
+
+_defvjp(_svd_full_packed, _svd_full_vjp)
+_SVDResult = type(np.linalg.svd(np.eye(1)))
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """np.linalg.svd of a real matrix (or a batch): numpy's values and signs.
+    Differentiable with full_matrices=False, for square matrices, and for the
+    singular values alone (compute_uv=False); the gradient of a non-square
+    full SVD is refused.  hermitian=True is refused (use eigh)."""
+    if hermitian:
+        raise UnsupportedError("np.linalg.svd(hermitian=True) on tracked values: use "
+                               "np.linalg.eigh for a symmetric matrix")
+    sh = _shape(a)
+    if len(sh) < 2:
+        raise np.linalg.LinAlgError(f"{len(sh)}-dimensional array given. Array must be at "
+                                    "least two-dimensional")
+    if len(sh) > 2:
+        r = _batched(lambda x: (svd(x, full_matrices, compute_uv),)
+                     if not compute_uv else tuple(svd(x, full_matrices, compute_uv)),
+                     (a,), (2,))
+        return r[0] if not compute_uv else _SVDResult(*r)
+    m, n = sh
+    k = min(m, n)
+    if not compute_uv:
+        return _svd_parts(_svd_packed(a), m, n)[1]
+    if full_matrices and m != n:
+        return _SVDResult(*_unpack(_svd_full_packed(a), ((m, m), (k,), (n, n))))
+    return _SVDResult(*_svd_parts(_svd_packed(a), m, n))
+
+
+@_primitive
+def _eig_packed(a):
+    w, v = np.linalg.eig(a)
+    if np.iscomplexobj(w):
+        if np.any(np.imag(w) != 0):
+            # a replay reaching complex eigenvalues: nan (the recording refused them)
+            return np.full(a.shape[0] * (a.shape[0] + 1), np.nan)
+        w, v = np.real(w), np.real(v)
+    return _pack(w, v)
+
+
+def _eig_vjp(ans, a):
+    """A V = V diag(w), columns of V of unit length:  A-bar = V^-T G V^T,
+    G = diag(w-bar) + F o (V^T V-bar - (V^T V) diag(diag(V^T V-bar))),
+    F_ij = 1/(w_j - w_i) off the diagonal (the second term keeps the
+    columns' normalisation).  Repeated eigenvalues give inf/nan."""
+    n = _shape(a)[0]
+    w, v = _unpack(ans, ((n,), (n, n)))
+
+    def vjp(g):
+        gw, gv = _unpack(g, ((n,), (n, n)))
+        eye = np.eye(n)
+        diff = np.reshape(w, (1, n)) - np.reshape(w, (n, 1))
+        F = P.where(eye, 0.0, P.reciprocal(P.where(eye, 1.0, diff)))
+        vt = np.transpose(v)
+        vt_gv = matmul(vt, gv)
+        c = np.reshape(diagonal(vt_gv), (1, n))
+        G = eye * np.reshape(gw, (1, n)) + P.azmul(vt_gv - matmul(vt, v) * c, F)
+        return solve(vt, matmul(G, vt))
+    return vjp
+
+
+_defvjp(_eig_packed, _eig_vjp)
+_EigResult = type(np.linalg.eig(np.eye(1)))
+
+
+def eig(a):
+    """np.linalg.eig of a real matrix with a real spectrum (or a batch):
+    numpy's values and unit eigenvectors.  A complex spectrum is refused
+    (complex numbers are not tracked); gradients are nan where eigenvalues
+    coincide."""
+    sh = _shape(a)
+    if len(sh) > 2:
+        return _EigResult(*_batched(lambda x: tuple(eig(x)), (a,), (2,)))
+    n = _square("eig", a)
+    w0 = np.linalg.eigvals(np.asarray(_value_of(a), dtype=np.float64))
+    if np.iscomplexobj(w0) and np.any(np.imag(w0) != 0):
+        raise UnsupportedError("np.linalg.eig of a matrix with complex eigenvalues: complex "
+                               "numbers are not supported on tracked values (a symmetric "
+                               "matrix has a real spectrum: np.linalg.eigh)")
+    return _EigResult(*_unpack(_eig_packed(a), ((n,), (n, n))))
+
+
+def eigvals(a):
+    """np.linalg.eigvals: eig's eigenvalues (real spectra only)."""
+    return eig(a)[0]
+
+
+def pinv(a, rcond=None, hermitian=False, *, rtol=None):
+    """np.linalg.pinv through the SVD, numpy's cutoff: singular values at
+    most rcond * max(s) (default rcond 1e-15; numpy 2's rtol= the same) are
+    dropped.  Its gradient is the SVD's: nan where singular values coincide."""
+    if hermitian:
+        raise UnsupportedError("np.linalg.pinv(hermitian=True) on tracked values is not supported")
+    if rcond is not None and rtol is not None:
+        raise ValueError("`rtol` and `rcond` can't be both set.")
+    cut = 1e-15 if rcond is None and rtol is None else (rcond if rcond is not None else rtol)
+    if _is_batch(a):
+        return _batched(lambda x: pinv(x, cut), (a,), (2,))
+    u, s, vt = svd(a, full_matrices=False)
+    # the cutoff is recorded (a replay at another matrix applies its own)
+    keep = P.gt(s, P.mul(cut, _api.reduce("max", s, None)))
+    sinv = P.where(keep, P.reciprocal(P.where(keep, s, 1.0)), 0.0)
+    return matmul(np.transpose(vt) * np.reshape(sinv, (1, -1)), np.transpose(u))
+
+
+def matrix_power(a, n):
+    """np.linalg.matrix_power: binary powering with matmul (numpy's order of
+    products); n = 0 the identity, n < 0 powers of the inverse."""
+    n = operator.index(n)
+    sh = _shape(a)
+    if len(sh) < 2 or sh[-1] != sh[-2]:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    if n == 0:
+        return np.zeros(sh) + np.eye(sh[-1])
+    if n < 0:
+        a, n = inv(a), -n
+    if n == 1:
+        return a
+    result, z = None, a
+    while True:
+        if n & 1:
+            result = z if result is None else matmul(result, z)
+        n >>= 1
+        if not n:
+            return result
+        z = matmul(z, z)
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """np.linalg.norm: the spectral (ord=+-2: extreme singular value) and
+    nuclear ('nuc': their sum) norms of matrices through the SVD's singular
+    values; every other ord as functions.norm."""
+    nd = len(_shape(x))
+    two = (axis is None and nd == 2) or (axis is not None and not isinstance(
+        axis, (int, np.integer)) and len(axis) == 2)
+    if ord not in (2, -2, "nuc") or not two:
+        return _api.norm(x, ord=ord, axis=axis, keepdims=keepdims)
+    row, col = (0, 1) if axis is None else (int(axis[0]) % nd, int(axis[1]) % nd)
+    if row == col:
+        raise ValueError("Duplicate axes given.")
+    rest = [i for i in range(nd) if i not in (row, col)]
+    xs = ops.transpose(x, tuple(rest) + (row, col)) if (row, col) != (nd - 2, nd - 1) else x
+    s = svd(xs, compute_uv=False)
+    r = (_api.reduce("sum", s, -1) if ord == "nuc" else
+         _api.reduce("max" if ord == 2 else "min", s, -1))
+    if keepdims:
+        shape = list(_shape(x))
+        shape[row] = shape[col] = 1
+        r = np.reshape(r, tuple(shape))
+    return r
+
+
+# ---------------------------------------------------------------- batches of matrices
+# (..., n, n) input: the 2-D instruction once per matrix of the batch (a
+# gather of that matrix, the kernel, and one stack of the results), the
+# leading axes broadcast as numpy's.  Exact (the same kernel as a single
+# matrix); the program grows with the batch size.
+
+def _batched(fn, args, cores):
+    """fn over the broadcast leading axes of args (arg i has cores[i] core
+    axes); fn returns an array or a tuple of arrays."""
+    shapes = [_shape(a) for a in args]
+    lead = [s[:len(s) - c] for s, c in zip(shapes, cores)]
+    batch = np.broadcast_shapes(*lead)
+    if int(np.prod(batch, dtype=np.int64)) == 0:
+        raise UnsupportedError("linear algebra over an empty batch of matrices is not supported "
+                               "on tracked values")
+    outs = []
+    for idx in np.ndindex(*batch):
+        sub = []
+        for a, ls in zip(args, lead):
+            k = tuple(0 if d == 1 else i for i, d in zip(idx[len(idx) - len(ls):], ls))
+            sub.append(a[k] if k else a)
+        outs.append(fn(*sub))
+
+    def stacked(parts):
+        return np.reshape(np.stack(parts), batch + _shape(parts[0]))
+    if isinstance(outs[0], tuple):
+        return tuple(stacked([o[j] for o in outs]) for j in range(len(outs[0])))
+    return stacked(outs)
+
+
+def _is_batch(a):
+    return len(_shape(a)) > 2
+
+
+def matmul(a, b):
+    """a @ b with numpy's rules for 1-D operands and broadcast leading axes:
+    one MATMUL instruction per matrix of the batch."""
+    sa, sb = _shape(a), _shape(b)
+    if len(sa) <= 2 and len(sb) <= 2:
+        return P.matmul(a, b)
+    squeeze = []
+    if len(sa) == 1:
+        a = np.reshape(a, (1,) + sa)
+        squeeze.append(-2)
+    if len(sb) == 1:
+        b = np.reshape(b, sb + (1,))
+        squeeze.append(-1)
+    if _shape(a)[-1] != _shape(b)[-2]:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 "
+                         f"(size {_shape(b)[-2]} is different from {_shape(a)[-1]})")
+    r = _batched(P.matmul, (a, b), (2, 2))
+    for ax in squeeze:
+        r = np.squeeze(r, axis=ax if len(squeeze) == 1 else -1)
+    return r
 
 
 # ---------------------------------------------------------------- structure (gathers and selects)
@@ -252,7 +562,9 @@ def scipy_det(a, overwrite_a=False, check_finite=True):
 _api.HANDLED_FUNCTIONS.update({
     np.linalg.cholesky: cholesky, np.linalg.solve: solve, np.linalg.inv: inv,
     np.linalg.slogdet: slogdet, np.linalg.det: det, np.linalg.eigh: eigh,
-    np.linalg.eigvalsh: eigvalsh,
+    np.linalg.eigvalsh: eigvalsh, np.linalg.svd: svd, np.linalg.eig: eig,
+    np.linalg.eigvals: eigvals, np.linalg.pinv: pinv, np.linalg.matrix_power: matrix_power,
+    np.linalg.norm: norm, np.matmul: matmul,
     np.trace: trace, np.diag: diag, np.diagonal: diagonal, np.tril: tril, np.triu: triu,
 })
 
@@ -267,5 +579,6 @@ _t.DROP_INS["scipy.linalg"] = lambda name, dist: (
     f"revtape.numpy_api.linalg's {name} (scipy.linalg.{name} looked up after importing revtape)"
     if name in _SCIPY else None)
 
-__all__ = ["cholesky", "solve", "inv", "slogdet", "det", "eigh", "eigvalsh", "diagonal", "trace", "diag", "tril",
+__all__ = ["cholesky", "solve", "inv", "slogdet", "det", "eigh", "eigvalsh", "svd", "eig",
+           "eigvals", "pinv", "matrix_power", "norm", "matmul", "diagonal", "trace", "diag", "tril",
            "triu", "solve_triangular", "cho_factor", "cho_solve", "LinAlgShapeError"]

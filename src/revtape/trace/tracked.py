@@ -616,6 +616,8 @@ def power(x, y):
 def matmul(a, b):
     if np.ndim(_value_of(a)) == 0 or np.ndim(_value_of(b)) == 0:
         raise ValueError("matmul: input operand does not have enough dimensions (use *)")
+    if np.ndim(_value_of(a)) > 2 or np.ndim(_value_of(b)) > 2:
+        return _API.HANDLED_FUNCTIONS[np.matmul](a, b)     # batched: numpy_api/linalg.py
     return P.matmul(a, b)
 
 
