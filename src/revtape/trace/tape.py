@@ -426,6 +426,15 @@ class Tape(Replay):
         if self._replayed_by is not None:     # the copy reports what the original does
             self._pull_replay()
         state = dict(self.__dict__)
+        # Another thread may pull its replay into this tape (replacing items of
+        # _vals) while this state is copied, and the values pulled are views of
+        # an arena the next replay overwrites: the state holds its own list and
+        # copies of those views, so its digest describes its content.
+        vals = state["_vals"] = list(self._vals)
+        for t in (*self._inputs, *self._outs):
+            v = vals[t._id]
+            if isinstance(v, np.ndarray) and v.base is not None:
+                vals[t._id] = v.copy()
         if self._head is not None:            # recording: one plain list in the state
             state["_instrs"], state["_head"] = list(self.instructions), None
         state["_inputs"] = list(self._inputs)   # strong in the state; weak again on load
