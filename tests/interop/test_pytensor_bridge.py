@@ -82,10 +82,15 @@ def test_values_gradients_hessians_match():
 def test_verify_grad_on_the_value_and_gradient_ops():
     ld = _ld()
     op = interop.pytensor_op(ld)
+    x = pt.dvector("x")
+    grad_of_op = pytensor.function([x], pytensor.grad(op(x), x))
     for seed, p in enumerate(_points(3, seed=1)):
+        # verify_grad raises when PyTensor's finite differences disagree with the Op's grad
         verify_grad(op, [p], rng=np.random.default_rng(seed))
         # the gradient Op's own gradient (the Hessian-vector product)
         verify_grad(op.gradient_op, [p], rng=np.random.default_rng(seed))
+        # and what that grad is: the analytic gradient
+        assert np.allclose(grad_of_op(p), gradient(p), rtol=1e-12, atol=1e-14)
 
 
 def test_cotangent_and_r_op():
